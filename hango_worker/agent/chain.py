@@ -1,0 +1,101 @@
+"""The chain: middlewares partitioned once by capability, composed as onions.
+
+Index 0 is outermost for both model and tool calls (pinned by tests/test_chain.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+
+from hango_worker.agent.middleware import (
+    Middleware,
+    ModelHandler,
+    ModelRequest,
+    ModelResponse,
+    ModelWrapper,
+    PromptContributor,
+    RunHook,
+    ToolCallRequest,
+    ToolHandler,
+    ToolProvider,
+    ToolWrapper,
+)
+from hango_worker.agent.state import State
+from hango_worker.provider.types import TextBlock
+from hango_worker.telemetry import metrics
+from hango_worker.telemetry.tracing import MW_NAME, tracer
+from hango_worker.tool.types import Tool, ToolResult
+
+
+def _compose_model(wrappers: Sequence[ModelWrapper], base: ModelHandler) -> ModelHandler:
+    handler = base
+    for w in reversed(wrappers):
+        handler = functools.partial(w.wrap_model_call, next=handler)
+    return handler
+
+
+def _compose_tool(wrappers: Sequence[ToolWrapper], base: ToolHandler) -> ToolHandler:
+    handler = base
+    for w in reversed(wrappers):
+        handler = functools.partial(w.wrap_tool_call, next=handler)
+    return handler
+
+
+class Chain:
+    """Built once per run attempt from an ordered list (None entries = unbuilt slots)."""
+
+    def __init__(self, middlewares: Sequence[Middleware | None]) -> None:
+        mws = [m for m in middlewares if m is not None]
+        seen: set[str] = set()
+        for m in mws:
+            if m.name in seen:
+                raise ValueError(f"middleware {m.name!r} appears twice in the stack")
+            seen.add(m.name)
+        self.middlewares = mws
+        self.names = [m.name for m in mws]
+        self.model_wrappers = [m for m in mws if isinstance(m, ModelWrapper)]
+        self.tool_wrappers = [m for m in mws if isinstance(m, ToolWrapper)]
+        self.run_hooks = [m for m in mws if isinstance(m, RunHook)]
+        self.tool_providers = [m for m in mws if isinstance(m, ToolProvider)]
+        self.contributors = [m for m in mws if isinstance(m, PromptContributor)]
+        self._model: tuple[ModelHandler, ModelHandler] | None = None
+        self._tool: tuple[ToolHandler, ToolHandler] | None = None
+
+    async def model_call(self, req: ModelRequest, base: ModelHandler) -> ModelResponse:
+        if self._model is None or self._model[0] is not base:
+            self._model = (base, _compose_model(self.model_wrappers, base))
+        return await self._model[1](req)
+
+    async def tool_call(self, req: ToolCallRequest, base: ToolHandler) -> ToolResult:
+        if self._tool is None or self._tool[0] is not base:
+            self._tool = (base, _compose_tool(self.tool_wrappers, base))
+        return await self._tool[1](req)
+
+    async def before_run(self, state: State) -> None:
+        """Each hook once per run attempt, under one `agent.before_run` span."""
+        if not self.run_hooks:
+            return
+        t = tracer()
+        with t.start_as_current_span("agent.before_run"):
+            for hook in self.run_hooks:
+                started = time.perf_counter()
+                with t.start_as_current_span(
+                    f"agent.before_run {hook.name}", attributes={MW_NAME: hook.name}
+                ):
+                    await hook.before_run(state)
+                metrics.MW_BEFORE_RUN.labels(hook.name).observe(time.perf_counter() - started)
+
+    def tools(self, state: State) -> list[Tool]:
+        out: list[Tool] = []
+        for p in self.tool_providers:
+            out.extend(p.provide_tools(state))
+        return out
+
+    def system_blocks(self, agent_blocks: Sequence[TextBlock], state: State) -> list[TextBlock]:
+        """The agent's own blocks, then each contributor's, in chain order."""
+        blocks = list(agent_blocks)
+        for c in self.contributors:
+            blocks.extend(c.system_blocks(state))
+        return blocks

@@ -1,0 +1,91 @@
+"""The middleware interfaces (DESIGN.md §5.1).
+
+A middleware is anything with a `name`. Capabilities are optional protocols,
+discovered once when the chain is built (`isinstance`), never per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+from hango_worker.agent.state import State
+from hango_worker.provider.types import Request, Response, TextBlock, TextSink, ToolUseBlock
+from hango_worker.tool.types import Tool, ToolContext, ToolResult
+
+ModelResponse = Response
+SystemRewrite = Callable[[list[TextBlock]], list[TextBlock]]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model call. `request.system` is assembled by the base handler on
+    every call; a wrapper that wants to change the assembled blocks (e.g. set
+    a cache breakpoint by index) adds a `system_rewrite`, applied in order
+    right after assembly. Rewrite a copy (`with_request`), never the state."""
+
+    request: Request
+    state: State
+    on_text: TextSink | None = None
+    system_rewrites: tuple[SystemRewrite, ...] = ()
+
+    def with_request(self, **changes: Any) -> ModelRequest:
+        return replace(self, request=replace(self.request, **changes))
+
+    def rewrite_system(self, fn: SystemRewrite) -> ModelRequest:
+        return replace(self, system_rewrites=(*self.system_rewrites, fn))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    call: ToolUseBlock
+    state: State
+    context: ToolContext
+
+    def with_call(self, **changes: Any) -> ToolCallRequest:
+        return replace(self, call=replace(self.call, **changes))
+
+
+ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
+ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
+
+
+@runtime_checkable
+class Middleware(Protocol):
+    name: str
+
+
+@runtime_checkable
+class ModelWrapper(Protocol):
+    name: str
+
+    async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse: ...
+
+
+@runtime_checkable
+class ToolWrapper(Protocol):
+    name: str
+
+    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult: ...
+
+
+@runtime_checkable
+class RunHook(Protocol):
+    name: str
+
+    async def before_run(self, state: State) -> None: ...
+
+
+@runtime_checkable
+class ToolProvider(Protocol):
+    name: str
+
+    def provide_tools(self, state: State) -> list[Tool]: ...
+
+
+@runtime_checkable
+class PromptContributor(Protocol):
+    name: str
+
+    def system_blocks(self, state: State) -> list[TextBlock]: ...

@@ -1,0 +1,179 @@
+"""ScriptedProvider: a deterministic model for tests and the offline demo.
+
+A script is a JSON list of turns::
+
+    [{"text": "Let me check.", "tool_calls": [{"name": "current_time", "input": {}}]},
+     {"text": "It is noon."}]
+
+Optional per-turn keys: ``thinking`` (a thinking block), ``stop_reason``,
+``delay_s`` (sleep before answering), ``usage`` and ``error``
+(``{"type": ..., "message": ..., "retryable": bool}`` raised as a ModelError).
+
+The turn played is chosen from the request, not from a counter: turn N is
+played when the history holds N assistant messages. So a run resumed on
+another worker after a crash gets exactly the answer the crashed worker got,
+with the same tool_use ids, which is what makes crash tests comparable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hango_worker.provider.types import (
+    Block,
+    Message,
+    ModelError,
+    Request,
+    Response,
+    StopReason,
+    TextBlock,
+    TextSink,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
+
+LABEL = "scripted model (deterministic, offline — not Claude)"
+
+
+class ScriptedToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptedError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = "api_error"
+    message: str = "scripted failure"
+    retryable: bool = False
+    times: int = 1  # fail this many attempts of the turn, then answer
+
+
+class ScriptedTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = ""
+    thinking: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    stop_reason: StopReason | None = None
+    delay_s: float = 0.0
+    usage: dict[str, int] | None = None
+    error: ScriptedError | None = None
+
+
+class ScriptError(ValueError):
+    """The script file is not a valid script."""
+
+
+def parse_script(raw: Any, source: str = "script") -> list[ScriptedTurn]:
+    if not isinstance(raw, list):
+        raise ScriptError(f"{source}: a script is a JSON list of turns, got {type(raw).__name__}")
+    turns = []
+    for i, item in enumerate(raw):
+        try:
+            turns.append(ScriptedTurn.model_validate(item))
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise ScriptError(f"{source}: turn {i}: {loc}: {first['msg']}") from None
+    return turns
+
+
+def load_script(path: str | Path) -> list[ScriptedTurn]:
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text())
+    except OSError as e:
+        raise ScriptError(f"cannot read script {p}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ScriptError(f"{p}: not JSON: {e.msg} at line {e.lineno}") from None
+    return parse_script(raw, str(p))
+
+
+def _chunks(text: str) -> list[str]:
+    """Split text like a model streams it: word by word, keeping spaces."""
+    out: list[str] = []
+    start = 0
+    for i, ch in enumerate(text):
+        if ch == " " and i > start:
+            out.append(text[start:i])
+            start = i
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
+class ScriptedProvider:
+    name = "scripted"
+    label = LABEL
+
+    def __init__(
+        self, turns: Sequence[ScriptedTurn | dict[str, Any]], *, chunk_delay_s: float = 0.0
+    ) -> None:
+        self.turns = [
+            t if isinstance(t, ScriptedTurn) else ScriptedTurn.model_validate(t) for t in turns
+        ]
+        self.chunk_delay_s = chunk_delay_s
+        self._failures: dict[int, int] = {}
+        self.calls = 0
+
+    async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
+        self.calls += 1
+        started = time.perf_counter()
+        index = sum(1 for m in request.messages if m.role == "assistant")
+        if index >= len(self.turns):
+            raise ModelError(
+                "script_exhausted",
+                f"the scripted model has no turn {index + 1}: its script has {len(self.turns)}",
+                retryable=False,
+            )
+        turn = self.turns[index]
+        if turn.error is not None and self._failures.get(index, 0) < turn.error.times:
+            self._failures[index] = self._failures.get(index, 0) + 1
+            raise ModelError(turn.error.type, turn.error.message, retryable=turn.error.retryable)
+        if turn.delay_s:
+            await asyncio.sleep(turn.delay_s)
+        first_chunk: float | None = None
+        content: list[Block] = []
+        if turn.thinking is not None:
+            content.append(ThinkingBlock(thinking=turn.thinking, signature=f"scripted-{index}"))
+        if turn.text:
+            for chunk in _chunks(turn.text):
+                if first_chunk is None:
+                    first_chunk = time.perf_counter() - started
+                if on_text is not None:
+                    on_text(chunk)
+                if self.chunk_delay_s:
+                    await asyncio.sleep(self.chunk_delay_s)
+            content.append(TextBlock(text=turn.text))
+        for j, call in enumerate(turn.tool_calls):
+            content.append(
+                ToolUseBlock(
+                    id=call.id or f"toolu_s{index:04d}_{j}", name=call.name, input=call.input
+                )
+            )
+        stop = turn.stop_reason or (StopReason.TOOL_USE if turn.tool_calls else StopReason.END_TURN)
+        usage = (
+            Usage.from_dict(turn.usage)
+            if turn.usage
+            else Usage(
+                input_tokens=10 + 5 * len(request.messages),
+                output_tokens=max(1, len(turn.text) // 4),
+            )
+        )
+        return Response(
+            message=Message(role="assistant", content=content),
+            stop_reason=stop,
+            usage=usage,
+            id=f"msg_scripted_{index:04d}",
+            model=request.model,
+            time_to_first_chunk_s=first_chunk,
+        )

@@ -1,0 +1,241 @@
+"""Provider-neutral message types, modelled on the Anthropic Messages API.
+
+Plain slotted dataclasses: they are built on every turn, so they stay cheap.
+`to_dict()` gives the API / storage shape (what `messages.content` holds in
+Postgres); `message_from_dict` rebuilds typed messages from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol, TypeAlias
+
+JSON: TypeAlias = Any
+Role = Literal["user", "assistant"]
+
+
+class StopReason(StrEnum):
+    END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"
+    STOP_SEQUENCE = "stop_sequence"
+    TOOL_USE = "tool_use"
+    PAUSE_TURN = "pause_turn"
+    REFUSAL = "refusal"
+    MODEL_CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
+
+
+@dataclass(slots=True)
+class TextBlock:
+    text: str
+    cache_control: dict[str, str] | None = None
+
+    def to_dict(self) -> dict[str, JSON]:
+        d: dict[str, JSON] = {"type": "text", "text": self.text}
+        if self.cache_control is not None:
+            d["cache_control"] = dict(self.cache_control)
+        return d
+
+
+@dataclass(slots=True)
+class ToolUseBlock:
+    id: str
+    name: str
+    input: dict[str, JSON]
+    # False when the stream ended (max_tokens) before the arguments were complete:
+    # such a call must never be executed.
+    complete: bool = True
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
+
+
+@dataclass(slots=True)
+class ToolResultBlock:
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+    def to_dict(self) -> dict[str, JSON]:
+        d: dict[str, JSON] = {
+            "type": "tool_result",
+            "tool_use_id": self.tool_use_id,
+            "content": self.content,
+        }
+        if self.is_error:
+            d["is_error"] = True
+        return d
+
+
+@dataclass(slots=True)
+class ThinkingBlock:
+    thinking: str
+    signature: str = ""
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+
+
+Block: TypeAlias = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    content: list[Block]
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"role": self.role, "content": [b.to_dict() for b in self.content]}
+
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+def _result_content(raw: JSON) -> str:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, list):
+        return "".join(str(p.get("text", "")) for p in raw if isinstance(p, dict))
+    return str(raw)
+
+
+def block_from_dict(d: dict[str, JSON]) -> Block:
+    """Rebuild a block from its API/storage shape; raises ValueError on unknown types."""
+    kind = d.get("type")
+    if kind == "text":
+        return TextBlock(text=str(d["text"]), cache_control=d.get("cache_control"))
+    if kind == "tool_use":
+        return ToolUseBlock(id=str(d["id"]), name=str(d["name"]), input=dict(d.get("input") or {}))
+    if kind == "tool_result":
+        return ToolResultBlock(
+            tool_use_id=str(d["tool_use_id"]),
+            content=_result_content(d.get("content", "")),
+            is_error=bool(d.get("is_error", False)),
+        )
+    if kind == "thinking":
+        return ThinkingBlock(thinking=str(d["thinking"]), signature=str(d.get("signature", "")))
+    raise ValueError(f"unknown content block type {kind!r}")
+
+
+def message_from_dict(d: dict[str, JSON]) -> Message:
+    role = d.get("role")
+    if role not in ("user", "assistant"):
+        raise ValueError(f"unknown message role {role!r}")
+    content = d.get("content")
+    if isinstance(content, str):
+        return Message(role=role, content=[TextBlock(text=content)])
+    if not isinstance(content, list):
+        raise ValueError("message content must be a string or a list of blocks")
+    return Message(role=role, content=[block_from_dict(b) for b in content])
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_input_tokens += other.cache_read_input_tokens
+        self.cache_creation_input_tokens += other.cache_creation_input_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, JSON] | None) -> Usage:
+        d = d or {}
+        return cls(**{k: int(d.get(k, 0) or 0) for k in cls.__dataclass_fields__})
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    """What the model is told about a tool."""
+
+    name: str
+    description: str
+    input_schema: dict[str, JSON]
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+
+
+@dataclass(slots=True)
+class Request:
+    model: str
+    messages: list[Message]
+    system: list[TextBlock] = field(default_factory=list)
+    tools: list[ToolSpec] = field(default_factory=list)
+    max_tokens: int = 4096
+    tool_choice: dict[str, JSON] | None = None
+    temperature: float | None = None
+    thinking: dict[str, JSON] | None = None
+
+
+@dataclass(slots=True)
+class Response:
+    message: Message
+    stop_reason: StopReason
+    usage: Usage
+    id: str = ""
+    model: str = ""
+    # seconds from request start to the first streamed chunk (None if not streamed)
+    time_to_first_chunk_s: float | None = None
+
+
+# Called with each text delta as it streams; must be cheap and must not block.
+TextSink: TypeAlias = Callable[[str], None]
+
+
+class ModelError(Exception):
+    """A model call failed. `retryable` tells the loop whether backing off may help."""
+
+    def __init__(
+        self,
+        type: str,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        request_id: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(f"{type}: {message}")
+        self.type = type
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+        self.request_id = request_id
+        self.retry_after_s = retry_after_s
+
+    def to_dict(self) -> dict[str, JSON]:
+        d: dict[str, JSON] = {"type": self.type, "message": self.message}
+        if self.status is not None:
+            d["status"] = self.status
+        if self.request_id:
+            d["request_id"] = self.request_id
+        return d
+
+
+class Provider(Protocol):
+    """A model. `complete` streams one response, handing text deltas to `on_text`."""
+
+    name: str
+
+    async def complete(self, request: Request, on_text: TextSink | None = None) -> Response: ...

@@ -1,0 +1,124 @@
+"""OpenTelemetry GenAI semantic-convention spans and metrics for the loop.
+
+Duck-typed on purpose (telemetry is a leaf and imports nothing from the
+rest of hango_worker). Contents (messages, tool arguments and results) are
+recorded only when capture_content is on (HANGO_CAPTURE_CONTENT=true).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry.trace import Span, SpanKind
+
+from hango_worker.telemetry import metrics
+from hango_worker.telemetry.tracing import current_turn_span, mark_error, tracer
+
+OP = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+MODEL = "gen_ai.request.model"
+
+
+def agent_attributes(agent: Any, state: Any, provider_name: str) -> dict[str, Any]:
+    return {
+        OP: "invoke_agent",
+        PROVIDER: provider_name,
+        "gen_ai.agent.id": agent.id,
+        "gen_ai.agent.name": agent.name,
+        "gen_ai.conversation.id": state.session_id,
+        MODEL: agent.model,
+        "hango.run.id": state.run_id,
+        "hango.tenant.id": state.tenant_id,
+    }
+
+
+def input_tokens(usage: Any) -> int:
+    """GenAI conventions for Anthropic: input = input + cache read + cache creation."""
+    return int(
+        usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    )
+
+
+def set_usage(span: Span, usage: Any) -> None:
+    span.set_attribute("gen_ai.usage.input_tokens", input_tokens(usage))
+    span.set_attribute("gen_ai.usage.output_tokens", int(usage.output_tokens))
+    span.set_attribute("gen_ai.usage.cache_read.input_tokens", int(usage.cache_read_input_tokens))
+    span.set_attribute(
+        "gen_ai.usage.cache_creation.input_tokens", int(usage.cache_creation_input_tokens)
+    )
+
+
+@contextmanager
+def chat_span(request: Any, provider_name: str) -> Iterator[Span]:
+    attrs: dict[str, Any] = {
+        OP: "chat",
+        PROVIDER: provider_name,
+        MODEL: request.model,
+        "gen_ai.request.max_tokens": request.max_tokens,
+    }
+    if request.temperature is not None:
+        attrs["gen_ai.request.temperature"] = request.temperature
+    with tracer().start_as_current_span(
+        f"chat {request.model}", kind=SpanKind.CLIENT, attributes=attrs
+    ) as span:
+        yield span
+
+
+def end_chat_span(span: Span, request: Any, resp: Any, provider_name: str, started: float) -> None:
+    span.set_attribute("gen_ai.response.id", resp.id)
+    span.set_attribute("gen_ai.response.model", resp.model or request.model)
+    span.set_attribute("gen_ai.response.finish_reasons", [str(resp.stop_reason)])
+    set_usage(span, resp.usage)
+    if resp.time_to_first_chunk_s is not None:
+        span.set_attribute("gen_ai.response.time_to_first_chunk", resp.time_to_first_chunk_s)
+    labels = ("chat", provider_name, request.model)
+    metrics.GENAI_DURATION.labels(*labels, "").observe(time.perf_counter() - started)
+    metrics.GENAI_TOKENS.labels(*labels, "input").observe(input_tokens(resp.usage))
+    metrics.GENAI_TOKENS.labels(*labels, "output").observe(resp.usage.output_tokens)
+
+
+def end_chat_span_error(
+    span: Span, request: Any, provider_name: str, err: Any, started: float
+) -> None:
+    mark_error(span, str(err.type), str(err.message))
+    metrics.GENAI_DURATION.labels("chat", provider_name, request.model, str(err.type)).observe(
+        time.perf_counter() - started
+    )
+
+
+def record_retry(err: Any, attempt: int, delay: float) -> None:
+    current_turn_span().add_event(
+        "model.retried",
+        {"error.type": str(err.type), "hango.retry.attempt": attempt, "hango.retry.delay_s": delay},
+    )
+    metrics.MODEL_RETRIES.labels(str(err.type)).inc()
+
+
+@contextmanager
+def tool_span(call: Any, tool: Any, capture_content: bool) -> Iterator[Span]:
+    attrs: dict[str, Any] = {
+        OP: "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.type": "function",
+    }
+    if tool is not None and tool.description:
+        attrs["gen_ai.tool.description"] = tool.description[:200]
+    if capture_content:
+        attrs["gen_ai.tool.call.arguments"] = json.dumps(call.input)
+    with tracer().start_as_current_span(
+        f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attrs
+    ) as span:
+        yield span
+
+
+def end_tool_span(span: Span, name: str, result: Any, capture_content: bool) -> None:
+    if capture_content:
+        span.set_attribute("gen_ai.tool.call.result", result.content)
+    if result.is_error:
+        mark_error(span, "tool_error")
+    metrics.TOOL_CALLS.labels(name, "error" if result.is_error else "ok").inc()

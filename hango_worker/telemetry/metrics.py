@@ -1,0 +1,62 @@
+"""Prometheus metrics. Names follow Prometheus conventions; labels are bounded."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# GenAI semantic-convention bucket boundaries.
+TOKEN_BUCKETS = [float(4**i) for i in range(14)]  # 1, 4, 16, ... 67108864
+DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 ... 81.92 s
+
+MW_BEFORE_RUN = Histogram(
+    "hango_middleware_before_run_duration_seconds",
+    "Time spent in each middleware's before_run hook.",
+    ["middleware"],
+)
+MW_SHORT_CIRCUITS = Counter(
+    "hango_middleware_tool_short_circuits_total",
+    "Tool calls answered by a middleware without executing the tool.",
+    ["middleware"],
+)
+MW_REPEAT_BLOCKED = Counter(
+    "hango_middleware_repeat_blocked_total",
+    "Identical tool calls blocked by the repeat-call middleware.",
+    ["gen_ai_tool_name"],
+)
+RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
+RUNS_FINISHED = Counter(
+    "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]
+)
+RUN_DURATION = Histogram(
+    "hango_run_duration_seconds",
+    "Wall time of one run attempt, claim to end.",
+    ["status"],
+    buckets=DURATION_BUCKETS,
+)
+LEASE_RECLAIMS = Counter(
+    "hango_lease_reclaims_total", "Runs whose lease expired and were put back in the queue."
+)
+LEASE_LOST = Counter(
+    "hango_lease_lost_total", "Run attempts abandoned because another worker took the lease."
+)
+QUEUE_DEPTH = Gauge("hango_queue_depth", "Runs waiting in status queued.")
+QUEUE_OLDEST_AGE = Gauge("hango_queue_oldest_age_seconds", "Age of the oldest queued run.")
+RUNS_IN_FLIGHT = Gauge("hango_runs_in_flight", "Runs this worker is executing now.")
+MODEL_RETRIES = Counter(
+    "hango_model_retries_total", "Model calls retried after a retryable error.", ["error_type"]
+)
+TOOL_CALLS = Counter(
+    "hango_tool_calls_total", "Tool calls completed, by outcome.", ["gen_ai_tool_name", "outcome"]
+)
+GENAI_DURATION = Histogram(
+    "gen_ai_client_operation_duration_seconds",
+    "GenAI operation duration.",
+    ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "error_type"],
+    buckets=DURATION_BUCKETS,
+)
+GENAI_TOKENS = Histogram(
+    "gen_ai_client_token_usage",
+    "Tokens used per GenAI operation.",
+    ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"],
+    buckets=TOKEN_BUCKETS,
+)
