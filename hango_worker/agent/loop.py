@@ -63,6 +63,8 @@ class RunInfo:
 
     attempt: int = 1
     turns_done: int = 0  # model turns this run completed in earlier attempts
+    persisted: int | None = None  # messages already in the store (None: all of them)
+    parent: Any = None  # OpenTelemetry context to start the attempt's span in
     recorded: dict[str, ToolResult] = field(default_factory=dict)
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
@@ -100,7 +102,7 @@ class AgentLoop:
         attrs.update(info.span_attributes)
         name = f"invoke_agent {self.agent.name}"
         with tracer().start_as_current_span(
-            name, kind=SpanKind.INTERNAL, attributes=attrs, links=info.links
+            name, context=info.parent, kind=SpanKind.INTERNAL, attributes=attrs, links=info.links
         ) as span:
             span.add_event("agent.middleware_stack", {"hango.middleware.names": self.chain.names})
             outcome = await self._run(state, info)
@@ -110,7 +112,8 @@ class AgentLoop:
             return outcome
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
-        last = state.messages[-1] if state.messages else None
+        persisted = len(state.messages) if info.persisted is None else info.persisted
+        last = state.messages[persisted - 1] if persisted else None
         try:
             await self._resume_pending(state, info)
             await self.chain.before_run(state)
@@ -313,14 +316,16 @@ class AgentLoop:
         with genai.chat_span(request, self.settings.provider_name) as span:
             started = time.perf_counter()
             try:
-                resp = await self._race_cancel(self.provider.complete(request, on_text))
+                resp: ModelResponse = await self._race_cancel(
+                    self.provider.complete(request, on_text)
+                )
             except ModelError as e:
                 genai.end_chat_span_error(span, request, self.settings.provider_name, e, started)
                 raise
             genai.end_chat_span(span, request, resp, self.settings.provider_name, started)
             return resp
 
-    async def _race_cancel(self, coro: Any) -> Any:
+    async def _race_cancel(self, coro: Any) -> ModelResponse:
         """Run a model call, but stop it as soon as the run is cancelled."""
         task = asyncio.ensure_future(coro)
         waiter = asyncio.ensure_future(self.io.cancel_event.wait())

@@ -1,0 +1,84 @@
+"""Configuration from the environment (HANGO_*), validated at start-up.
+
+A bad value stops start-up with one line naming the variable, the value and
+what is allowed (`ConfigError`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HANGO_", extra="ignore", frozen=True)
+
+    database_url: str | None = Field(
+        default=None, description="postgresql:// URL; unset → embedded Postgres in data_dir"
+    )
+    data_dir: Path = Field(default=Path(".hango"), description="embedded Postgres data folder")
+    worker_concurrency: int = Field(default=8, ge=1, le=1000, description="runs at once")
+    poll_interval_s: float = Field(default=2.0, gt=0, le=3600, description="queue poll fallback")
+    max_turns: int = Field(default=50, ge=1, le=10_000, description="model turns per run")
+    model_provider: Literal["scripted", "anthropic", "auto"] = Field(
+        default="auto", description="scripted | anthropic | auto"
+    )
+    script: Path | None = Field(default=None, description="scripted model's script (JSON)")
+    repeat_call_threshold: int = Field(default=3, ge=2, le=1000)
+    lease_s: float = Field(default=30.0, ge=1, le=3600, description="run lease length")
+    max_attempts: int = Field(default=5, ge=1, le=100)
+    shutdown_grace_s: float = Field(default=25.0, ge=0, le=3600)
+    metrics_port: int = Field(default=9464, ge=0, le=65535, description="0 = ephemeral")
+    capture_content: bool = False
+    anthropic_max_retries: int = Field(default=2, ge=0, le=10)
+    model_retries: int = Field(default=4, ge=0, le=20, description="our retries of a model call")
+    worker_id: str = Field(default="", description="defaults to host-pid-random")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] = "json"
+
+    @field_validator("database_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        if not v.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
+            raise ValueError("must start with postgresql://")
+        return v
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+    def effective_worker_id(self) -> str:
+        return self.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _describe(field: str, err: dict[str, Any]) -> str:
+    name = f"HANGO_{field.upper()}"
+    value = err.get("input")
+    info = Settings.model_fields.get(field)
+    allowed = err.get("msg", "invalid")
+    if info is not None and info.description:
+        allowed = f"{allowed} ({info.description})"
+    return f"configuration error: {name}={value!r} is not valid: {allowed}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment; ConfigError with one clear line on a bad value."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "?"
+        raise ConfigError(_describe(field, dict(err))) from None

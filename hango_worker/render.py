@@ -1,0 +1,129 @@
+"""Terminal rendering of runs: transcript, events, the live view."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+DIM, BOLD, GREEN, RED, CYAN, YELLOW, RESET = (
+    "\033[2m",
+    "\033[1m",
+    "\033[32m",
+    "\033[31m",
+    "\033[36m",
+    "\033[33m",
+    "\033[0m",
+)
+
+
+class Painter:
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.color = self.out.isatty()
+
+    def __call__(self, text: str, *styles: str) -> str:
+        if not self.color or not styles:
+            return text
+        return "".join(styles) + text + RESET
+
+    def line(self, text: str = "") -> None:
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def raw(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+
+def short(value: Any, limit: int = 160) -> str:
+    s = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
+    kind = block.get("type")
+    if kind == "text":
+        who = p("assistant", BOLD, CYAN) if role == "assistant" else p("user", BOLD)
+        return [f"{who}: {block.get('text', '')}"]
+    if kind == "tool_use":
+        return [p(f"  → {block.get('name')}({short(block.get('input'))})", YELLOW)]
+    if kind == "tool_result":
+        mark = p("  ✗ ", RED) if block.get("is_error") else p("  ← ", GREEN)
+        return [mark + short(block.get("content", ""))]
+    if kind == "thinking":
+        return [p(f"  (thinking) {short(block.get('thinking', ''))}", DIM)]
+    return [p(f"  [{kind}]", DIM)]
+
+
+def print_run(p: Painter, run: dict[str, Any]) -> None:
+    status = run["status"]
+    colour = (
+        GREEN if status == "succeeded" else RED if status in ("failed", "cancelled") else YELLOW
+    )
+    p.line(f"run {run['id']}  {p(status, BOLD, colour)}  attempt {run['attempt']}")
+    p.line(
+        f"session {run['session_id']}  created {run['created_at']}  finished {run['finished_at']}"
+    )
+    if run.get("usage"):
+        p.line(p(f"usage {json.dumps(run['usage'])}", DIM))
+    if run.get("error"):
+        p.line(p(f"error {run['error'].get('type')}: {run['error'].get('message')}", RED))
+    p.line(p("— transcript —", DIM))
+    for m in run.get("transcript", []):
+        for b in m["content"]:
+            for ln in block_lines(p, m["role"], b):
+                p.line(ln)
+    todos = (run.get("state_json") or {}).get("todos") or []
+    if todos:
+        p.line(p("— plan (state_json.todos) —", DIM))
+        marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
+        for t in todos:
+            p.line(f"  {marks.get(t['status'], '[?]')} {t['content']}")
+    p.line(p(f"— {len(run.get('events', []))} events —", DIM))
+    for e in run.get("events", []):
+        p.line(p(f"  #{e['seq']} {e['type']} (attempt {e['attempt']}, {e['worker_id']})", DIM))
+
+
+class LiveView:
+    """Prints a run as it happens: streamed text, tool calls and results, the end."""
+
+    def __init__(self, p: Painter, run_id: str | None = None) -> None:
+        self.p = p
+        self.run_id = run_id  # only this run (None: every run)
+        self.streaming = False
+
+    def delta(self, run_id: str, text: str) -> None:
+        if self.run_id is not None and run_id != self.run_id:
+            return
+        if not self.streaming:
+            self.p.raw(self.p("assistant", BOLD, CYAN) + ": ")
+            self.streaming = True
+        self.p.raw(text)
+
+    def events(self, run_id: str, events: list[dict[str, Any]]) -> None:
+        if self.run_id is not None and run_id != self.run_id:
+            return
+        for e in events:
+            self.event(e)
+
+    def event(self, e: dict[str, Any]) -> None:
+        kind, payload = e["type"], e.get("payload") or {}
+        if kind == "model_message":
+            if self.streaming:
+                self.p.line()
+                self.streaming = False
+            else:
+                for b in payload.get("message", {}).get("content", []):
+                    if b.get("type") == "text":
+                        self.p.line(block_lines(self.p, "assistant", b)[0])
+            for b in payload.get("message", {}).get("content", []):
+                if b.get("type") == "tool_use":
+                    self.p.line(block_lines(self.p, "assistant", b)[0])
+        elif kind == "tool_result":
+            block = {"type": "tool_result", **payload}
+            self.p.line(block_lines(self.p, "user", block)[0])
+        elif kind == "run_started" and payload.get("attempt", 1) > 1:
+            self.p.line(self.p(f"— attempt {payload.get('attempt')} started —", DIM))
+        elif kind == "run_finished":
+            self.p.line(self.p(f"— run finished: {payload.get('status')} —", BOLD))

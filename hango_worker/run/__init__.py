@@ -1,0 +1,1 @@
+"""The worker: claim, lease, heartbeat, run, checkpoint, shut down."""

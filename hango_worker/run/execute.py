@@ -1,0 +1,183 @@
+"""Executing one claimed run: load, build the stack, drive the loop."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+from hango_worker.agent.chain import Chain
+from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.ports import Outcome
+from hango_worker.agent.spec import AgentSpec, AgentSpecError
+from hango_worker.agent.stack import StackConfig, default_stack
+from hango_worker.agent.state import StateError, load_state
+from hango_worker.config import Settings
+from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
+from hango_worker.run.io import Claim, PgRunIO
+from hango_worker.store import sql
+from hango_worker.tool.registry import Registry
+from hango_worker.tool.types import ToolResult
+
+log = logging.getLogger(__name__)
+
+
+class RunObserver(Protocol):
+    """In-process view of runs (the demo's live view). Called per text delta and
+    after each committed write, so both must be cheap and must not block."""
+
+    def delta(self, run_id: str, text: str) -> None: ...
+
+    def events(self, run_id: str, events: list[dict[str, Any]]) -> None: ...
+
+
+@dataclass(slots=True)
+class Loaded:
+    agent: AgentSpec
+    messages: list[Message]
+    persisted: int
+    turns_done: int
+    recorded: dict[str, ToolResult]
+    next_message_seq: int
+    next_event_seq: int
+
+
+class LoadError(Exception):
+    def __init__(self, type: str, message: str) -> None:
+        super().__init__(message)
+        self.error = {"type": type, "message": message}
+
+
+async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
+    ctx = await pool.fetchrow(sql.LOAD_RUN_CONTEXT, c.run_id, c.session_id, c.agent_id, c.tenant_id)
+    if ctx is None:
+        raise LoadError("agent_not_found", f"agent {c.agent_id} of run {c.run_id} does not exist")
+    try:
+        agent = AgentSpec.from_row(dict(ctx))
+    except AgentSpecError as e:
+        raise LoadError("invalid_agent", str(e)) from None
+    rows = await pool.fetch(sql.LOAD_MESSAGES, c.session_id)
+    try:
+        messages = [message_from_dict({"role": r["role"], "content": r["content"]}) for r in rows]
+    except (ValueError, KeyError, TypeError) as e:
+        raise LoadError("invalid_history", f"session history cannot be read: {e}") from None
+    persisted = len(messages)
+    if ctx["run_messages"] == 0:
+        text = c.input.get("text") if isinstance(c.input, dict) else None
+        if not isinstance(text, str) or not text:
+            raise LoadError("invalid_input", "runs.input must be an object with a non-empty 'text'")
+        messages.append(Message("user", [TextBlock(text=text)]))
+    recorded = {
+        r["tool_use_id"]: ToolResult.from_dict(r["result"])
+        for r in await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id)
+    }
+    return Loaded(
+        agent=agent,
+        messages=messages,
+        persisted=persisted,
+        turns_done=int(ctx["turns_done"]),
+        recorded=recorded,
+        next_message_seq=int(ctx["last_seq"]) + 1,
+        next_event_seq=int(ctx["last_event_seq"]) + 1,
+    )
+
+
+def _previous_attempt(c: Claim) -> tuple[Any, list[Link]]:
+    """Parent context and link from the previous attempt's traceparent: one trace per run."""
+    if not c.trace_parent:
+        return None, []
+    try:
+        _, trace_id, span_id, flags = c.trace_parent.split("-")
+        sc = SpanContext(int(trace_id, 16), int(span_id, 16), True, TraceFlags(int(flags, 16)))
+    except ValueError:
+        return None, []
+    parent = trace.set_span_in_context(NonRecordingSpan(sc))
+    return parent, [Link(sc, {"hango.link": "previous_attempt"})]
+
+
+@dataclass(slots=True)
+class RunDeps:
+    pool: asyncpg.Pool
+    settings: Settings
+    registry: Registry
+    provider: Provider
+    worker_id: str
+    observer: RunObserver | None = None
+
+
+async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) -> Outcome | None:
+    """Run one claimed attempt to its end. Fenced (lease lost) → None, nothing written."""
+    s = deps.settings
+    try:
+        loaded = await load(deps.pool, c)
+    except LoadError as e:
+        io = PgRunIO(
+            deps.pool,
+            c,
+            worker_id=deps.worker_id,
+            lease_s=s.lease_s,
+            next_message_seq=0,
+            next_event_seq=await _next_event_seq(deps.pool, c),
+        )
+        io_ready(io)
+        await io.fail(e.error)
+        return Outcome("failed", e.error)
+    obs = deps.observer
+    io = PgRunIO(
+        deps.pool,
+        c,
+        worker_id=deps.worker_id,
+        lease_s=s.lease_s,
+        next_message_seq=loaded.next_message_seq,
+        next_event_seq=loaded.next_event_seq,
+        on_events=(lambda evs: obs.events(c.run_id, evs)) if obs else None,
+    )
+    io_ready(io)
+    agent = loaded.agent
+    try:
+        state = load_state(
+            c.state_json,
+            run_id=c.run_id,
+            session_id=c.session_id,
+            agent_id=c.agent_id,
+            tenant_id=c.tenant_id,
+            messages=loaded.messages,
+        )
+    except StateError as e:
+        await io.fail({"type": "invalid_state", "message": str(e)})
+        return Outcome("failed", {"type": "invalid_state", "message": str(e)})
+    threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
+    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
+    settings = LoopSettings(
+        max_turns=agent.config.max_turns or s.max_turns,
+        model_retries=s.model_retries,
+        provider_name=deps.provider.name,
+        capture_content=s.capture_content,
+    )
+    on_text = (lambda d: obs.delta(c.run_id, d)) if obs else None
+    loop = AgentLoop(
+        agent, chain, deps.registry.view(agent.tools), deps.provider, io, settings, on_text
+    )
+    parent, links = _previous_attempt(c)
+    info = RunInfo(
+        attempt=c.attempt,
+        turns_done=loaded.turns_done,
+        recorded=loaded.recorded,
+        persisted=loaded.persisted,
+        parent=parent,
+        links=links,
+        span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
+    )
+    return await loop.run(state, info)
+
+
+async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:
+    v = await pool.fetchval(
+        "SELECT coalesce(max(seq), 0) FROM run_events WHERE run_id = $1", c.run_id
+    )
+    return int(v) + 1

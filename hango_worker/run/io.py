@@ -1,0 +1,218 @@
+"""PgRunIO: the loop's durability port on Postgres, every write fenced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import asyncpg
+from opentelemetry import trace
+
+from hango_worker.agent.ports import Event, Fenced, Outcome
+from hango_worker.agent.state import State, dump_state
+from hango_worker.provider.types import Message, ToolUseBlock
+from hango_worker.store import sql
+from hango_worker.tool.types import ToolResult
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Errors that mean "the database went away", not "the statement is wrong".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    ConnectionError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.CrashShutdownError,
+    TimeoutError,
+)
+
+
+@dataclass(slots=True)
+class Claim:
+    run_id: str
+    tenant_id: str
+    session_id: str
+    agent_id: str
+    input: dict[str, Any]
+    state_json: dict[str, Any]
+    attempt: int
+    trace_parent: str | None
+
+    @classmethod
+    def from_record(cls, r: Any) -> Claim:
+        return cls(
+            run_id=r["id"],
+            tenant_id=r["tenant_id"],
+            session_id=r["session_id"],
+            agent_id=r["agent_id"],
+            input=r["input"] or {},
+            state_json=r["state_json"] or {},
+            attempt=r["attempt"],
+            trace_parent=r["trace_parent"],
+        )
+
+
+async def with_reconnect(op: Callable[[], Awaitable[T]], *, deadline_s: float, what: str) -> T:
+    """Retry `op` while Postgres is unreachable, with backoff, up to deadline_s."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + deadline_s
+    delay = 0.1
+    while True:
+        try:
+            return await op()
+        except CONNECTION_ERRORS as e:
+            if loop.time() + delay > until:
+                raise
+            log.warning("database unreachable during %s (%s); retrying in %.1fs", what, e, delay)
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, 5.0)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _traceparent() -> str | None:
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+class PgRunIO:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        claim: Claim,
+        *,
+        worker_id: str,
+        lease_s: float,
+        next_message_seq: int,
+        next_event_seq: int,
+        on_events: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.on_events = on_events
+        self.claim = claim
+        self.worker_id = worker_id
+        self.lease_s = lease_s
+        self.cancel_event = asyncio.Event()
+        self.shutdown = False
+        self.lost = False
+        self._msg_seq = next_message_seq
+        self._event_seq = next_event_seq
+        self.writes = 0
+
+    def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
+        if self.cancel_event.is_set():
+            return "cancel"
+        return "shutdown" if self.shutdown else None
+
+    def _fence_args(self) -> tuple[str, str, int]:
+        return (self.claim.run_id, self.worker_id, self.claim.attempt)
+
+    async def _fenced(self, query: str, *args: Any) -> None:
+        if self.lost:
+            raise Fenced(self.claim.run_id)
+        attempts = 0
+
+        async def once() -> int:
+            nonlocal attempts
+            attempts += 1
+            try:
+                return int(await self.pool.fetchval(query, *args))
+            except asyncpg.UniqueViolationError:
+                if attempts > 1:  # our earlier try committed before the connection dropped
+                    return 1
+                raise
+
+        n = await with_reconnect(once, deadline_s=self.lease_s, what="checkpoint")
+        self.writes += 1
+        if n == 0:
+            self.lost = True
+            raise Fenced(self.claim.run_id)
+
+    async def checkpoint(
+        self,
+        state: State,
+        new_messages: list[Message],
+        events: list[Event],
+        outcome: Outcome | None,
+    ) -> None:
+        m_seq = list(range(self._msg_seq, self._msg_seq + len(new_messages)))
+        e_seq = list(range(self._event_seq, self._event_seq + len(events)))
+        await self._fenced(
+            sql.CHECKPOINT,
+            *self._fence_args(),
+            dump_state(state),
+            outcome.status if outcome else None,
+            self.lease_s,
+            outcome.error if outcome else None,
+            outcome.usage.to_dict() if outcome else None,
+            _traceparent(),
+            m_seq,
+            [m.role for m in new_messages],
+            [_dumps(m.to_dict()["content"]) for m in new_messages],
+            e_seq,
+            [e.type for e in events],
+            [_dumps(e.payload) for e in events],
+        )
+        self._msg_seq += len(new_messages)
+        self._event_seq += len(events)
+        self._published(e_seq, events)
+
+    async def record_tool_result(
+        self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
+    ) -> None:
+        await self._fenced(
+            sql.RECORD_TOOL,
+            *self._fence_args(),
+            dump_state(state),
+            self.lease_s,
+            call.id,
+            call.name,
+            result.to_dict(),
+            self._event_seq,
+            event.type,
+            _dumps(event.payload),
+        )
+        self._published([self._event_seq], [event])
+        self._event_seq += 1
+
+    def _published(self, seqs: list[int], events: list[Event]) -> None:
+        """Hand committed events to an in-process observer (the demo's live view)."""
+        if self.on_events is not None and events:
+            self.on_events(
+                [
+                    {"seq": q, "type": e.type, "payload": e.payload}
+                    for q, e in zip(seqs, events, strict=True)
+                ]
+            )
+
+    async def fail(self, error: dict[str, Any]) -> None:
+        """End the run as failed before the loop could start (bad state, bad agent…)."""
+        await self._fenced(
+            sql.CHECKPOINT,
+            *self._fence_args(),
+            self.claim.state_json,
+            "failed",
+            self.lease_s,
+            error,
+            None,
+            None,
+            [],
+            [],
+            [],
+            [self._event_seq],
+            ["run_finished"],
+            [_dumps({"status": "failed", "error": error})],
+        )

@@ -1,0 +1,255 @@
+"""The worker: poll/LISTEN, claim in batches, lease + heartbeat, run, shut down.
+
+DESIGN.md §4. Per worker (not per run): one heartbeat statement renews every
+lease it holds, one LISTEN connection, one reclaim/queue-stats sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from hango_worker.agent.ports import Fenced
+from hango_worker.run.execute import RunDeps, execute
+from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO
+from hango_worker.run.listener import Listener
+from hango_worker.store import sql
+from hango_worker.telemetry import metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class InFlight:
+    claim: Claim
+    task: asyncio.Task[None]
+    started: float
+    io: PgRunIO | None = None
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    claimed: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+
+
+class Worker:
+    def __init__(self, deps: RunDeps, dsn: str) -> None:
+        self.deps = deps
+        self.dsn = dsn
+        self.settings = deps.settings
+        self.worker_id = deps.worker_id
+        self.stats = WorkerStats()
+        self._inflight: dict[str, InFlight] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._listener = Listener(dsn, self._wake.set, self._on_cancel)
+        self._background: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, until_idle: bool = False) -> WorkerStats:
+        self._listener.start()
+        self._background = [
+            asyncio.create_task(self._heartbeat_loop(), name="hango-heartbeat"),
+            asyncio.create_task(self._sweep_loop(), name="hango-sweep"),
+        ]
+        log.info("worker started", extra={"worker_id": self.worker_id})
+        try:
+            await self._main(until_idle)
+            await self._drain()
+        finally:
+            for t in self._background:
+                t.cancel()
+            for t in self._background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            await self._listener.stop()
+            self._stopped.set()
+        return self.stats
+
+    def request_shutdown(self) -> None:
+        """First call: stop claiming, hand runs back at their next turn boundary.
+        Second call: cancel everything now (leases expire, another worker reclaims)."""
+        if self._stopping:
+            log.warning("second shutdown signal: abandoning runs in flight")
+            for f in self._inflight.values():
+                f.task.cancel()
+            return
+        self._stopping = True
+        for f in self._inflight.values():
+            if f.io is not None:
+                f.io.shutdown = True
+        self._wake.set()
+
+    async def _drain(self) -> None:
+        tasks = [f.task for f in self._inflight.values()]
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
+        for t in pending:
+            t.cancel()
+        if pending:
+            log.warning(
+                "%d runs did not reach a turn boundary within the grace period", len(pending)
+            )
+            await asyncio.wait(pending, timeout=5)
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    async def _main(self, until_idle: bool) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            free = self.settings.worker_concurrency - len(self._inflight)
+            claimed = await self._claim(free) if free > 0 else 0
+            if until_idle and claimed == 0 and not self._inflight:
+                return
+            if claimed and claimed == free:
+                continue
+            wake = asyncio.ensure_future(self._wake.wait())
+            waiters: list[asyncio.Future[Any]] = [wake]
+            waiters += [f.task for f in self._inflight.values()]
+            timeout = self.settings.poll_interval_s * random.uniform(0.8, 1.2)
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            wake.cancel()
+
+    async def _claim(self, n: int) -> int:
+        try:
+            rows = await self.deps.pool.fetch(sql.CLAIM, self.worker_id, n, self.settings.lease_s)
+        except CONNECTION_ERRORS as e:
+            log.warning("claim failed, database unreachable: %s", e)
+            return 0
+        sessions: set[str] = set()
+        count = 0
+        for r in rows:
+            c = Claim.from_record(r)
+            if c.session_id in sessions:  # one run per session at a time
+                await self.deps.pool.execute(sql.UNCLAIM, c.run_id, self.worker_id, c.attempt)
+                continue
+            sessions.add(c.session_id)
+            self._start(c)
+            count += 1
+        return count
+
+    def _start(self, c: Claim) -> None:
+        metrics.RUNS_CLAIMED.inc()
+        self.stats.claimed += 1
+        task = asyncio.create_task(self._execute(c), name=f"run-{c.run_id}")
+        self._inflight[c.run_id] = InFlight(c, task, time.perf_counter())
+        metrics.RUNS_IN_FLIGHT.set(len(self._inflight))
+
+    async def _execute(self, c: Claim) -> None:
+        status = "lost"
+        try:
+            outcome = await execute(self.deps, c, lambda io: self._attach(c.run_id, io))
+            status = outcome.status if outcome else "lost"
+        except Fenced:
+            log.warning("lease lost; abandoning run", extra={"run_id": c.run_id})
+        except asyncio.CancelledError:
+            status = "abandoned"
+        except Exception:
+            log.exception("run crashed", extra={"run_id": c.run_id})
+            status = await self._fail_crashed(c)
+        finally:
+            f = self._inflight.pop(c.run_id, None)
+            metrics.RUNS_IN_FLIGHT.set(len(self._inflight))
+            self._account(status, f)
+
+    def _attach(self, run_id: str, io: PgRunIO) -> None:
+        f = self._inflight.get(run_id)
+        if f is not None:
+            f.io = io
+            io.shutdown = self._stopping
+
+    def _account(self, status: str, f: InFlight | None) -> None:
+        self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
+        if status in ("lost", "abandoned"):
+            self.stats.lost += 1
+            metrics.LEASE_LOST.inc()
+            return
+        metrics.RUNS_FINISHED.labels(status).inc()
+        if f is not None:
+            metrics.RUN_DURATION.labels(status).observe(time.perf_counter() - f.started)
+
+    async def _fail_crashed(self, c: Claim) -> str:
+        f = self._inflight.get(c.run_id)
+        if f is None or f.io is None:
+            return "lost"
+        try:
+            await f.io.fail(
+                {
+                    "type": "internal_error",
+                    "message": "the worker hit an unexpected "
+                    "error running this run; see the worker log for the traceback",
+                }
+            )
+            return "failed"
+        except Exception:
+            return "lost"
+
+    def _on_cancel(self, run_id: str) -> None:
+        f = self._inflight.get(run_id)
+        if f is not None and f.io is not None:
+            f.io.cancel_event.set()
+
+    # -- per-worker background work ------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.settings.lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            await self.heartbeat()
+
+    async def heartbeat(self) -> None:
+        ids = [rid for rid, f in self._inflight.items() if f.io is not None and not f.io.lost]
+        if not ids:
+            return
+        try:
+            rows = await self.deps.pool.fetch(
+                sql.HEARTBEAT, self.worker_id, self.settings.lease_s, ids
+            )
+        except CONNECTION_ERRORS as e:
+            log.warning("heartbeat failed, database unreachable: %s", e)
+            return
+        alive = {r["id"]: r for r in rows}
+        for rid in ids:
+            f = self._inflight.get(rid)
+            if f is None or f.io is None:
+                continue
+            r = alive.get(rid)
+            if r is None or r["attempt"] != f.claim.attempt:
+                f.io.lost = True  # another worker has it: stop at once, write nothing
+                f.task.cancel()
+            elif r["cancel_requested"]:
+                f.io.cancel_event.set()
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_s / 2 * random.uniform(0.5, 1.0))
+            await self.sweep()
+
+    async def sweep(self) -> int:
+        """Put runs with expired leases back in the queue; refresh queue gauges."""
+        try:
+            rows = await self.deps.pool.fetch(sql.RECLAIM_EXPIRED, self.settings.max_attempts)
+            stats = await self.deps.pool.fetchrow(sql.QUEUE_STATS)
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as e:
+            log.warning("reclaim sweep failed: %s", e)
+            return 0
+        if rows:
+            metrics.LEASE_RECLAIMS.inc(len(rows))
+            log.info("reclaimed %d runs with expired leases", len(rows))
+            await self.deps.pool.execute(sql.NOTIFY, sql.NOTIFY_CHANNEL, "reclaim")
+        if stats is not None:
+            metrics.QUEUE_DEPTH.set(stats["depth"])
+            metrics.QUEUE_OLDEST_AGE.set(stats["oldest_age_s"])
+        return len(rows)

@@ -1,0 +1,28 @@
+"""runs.state_json: the run's typed state (todos, middleware private state).
+
+Revision ID: 0002_run_state
+Revises: 0001_initial
+
+Holds Todos and serialisable middleware state so a resumed run keeps its plan.
+Downgrading this one step drops it.
+"""
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql as pg
+
+revision = "0002_run_state"
+down_revision = "0001_initial"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column(
+        "runs",
+        sa.Column("state_json", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    )
+
+
+def downgrade() -> None:
+    op.drop_column("runs", "state_json")

@@ -1,0 +1,213 @@
+"""Cold-path queries (CLI, client API): agents, enqueue, inspect, cancel, resume, gc.
+
+Every query that touches a run is scoped by tenant.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from hango_worker.store.sql import CANCEL_CHANNEL, NOTIFY_CHANNEL
+
+DEFAULT_TENANT_ID = "00000000-0000-0000-0000-000000000001"
+DEFAULT_TENANT_NAME = "default"
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Conflict(ValueError):
+    pass
+
+
+async def ensure_default_tenant(db: asyncpg.Pool | asyncpg.Connection) -> str:
+    await db.execute(
+        "INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        DEFAULT_TENANT_ID,
+        DEFAULT_TENANT_NAME,
+    )
+    return DEFAULT_TENANT_ID
+
+
+async def create_agent(
+    db: asyncpg.Pool,
+    *,
+    tenant_id: str,
+    name: str,
+    model: str,
+    system: list[str],
+    tools: list[str],
+    config: dict[str, Any],
+) -> str:
+    agent_id = str(uuid.uuid4())
+    try:
+        await db.execute(
+            "INSERT INTO agents (id, tenant_id, name, model, system, tools, config) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            agent_id,
+            tenant_id,
+            name,
+            model,
+            [{"type": "text", "text": s} for s in system],
+            tools,
+            config,
+        )
+    except asyncpg.UniqueViolationError:
+        raise Conflict(f"an agent named {name!r} already exists in this tenant") from None
+    return agent_id
+
+
+async def list_agents(db: asyncpg.Pool, tenant_id: str) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        "SELECT id::text, name, model, tools, config, created_at FROM agents "
+        "WHERE tenant_id = $1 ORDER BY name",
+        tenant_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def find_agent(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[str, Any]:
+    row = await db.fetchrow(
+        "SELECT id::text, name, model, system, tools, config FROM agents "
+        "WHERE tenant_id = $1 AND (name = $2 OR id::text = $2)",
+        tenant_id,
+        name_or_id,
+    )
+    if row is None:
+        raise NotFound(f"no agent {name_or_id!r} in this tenant")
+    return dict(row)
+
+
+async def enqueue(
+    db: asyncpg.Pool,
+    *,
+    tenant_id: str,
+    agent: str,
+    input_text: str,
+    session_id: str | None = None,
+) -> dict[str, str]:
+    """Queue a run (new session unless one is given) and wake idle workers."""
+    a = await find_agent(db, tenant_id, agent)
+    run_id = str(uuid.uuid4())
+    async with db.acquire() as conn, conn.transaction():
+        if session_id is None:
+            session_id = str(uuid.uuid4())
+            await conn.execute(
+                "INSERT INTO sessions (id, tenant_id, agent_id) VALUES ($1, $2, $3)",
+                session_id,
+                tenant_id,
+                a["id"],
+            )
+        else:
+            ok = await conn.fetchval(
+                "SELECT 1 FROM sessions WHERE id::text = $1 AND tenant_id = $2 AND agent_id = $3",
+                session_id,
+                tenant_id,
+                a["id"],
+            )
+            if ok is None:
+                raise NotFound(f"no session {session_id} for agent {a['name']!r} in this tenant")
+        await conn.execute(
+            "INSERT INTO runs (id, tenant_id, session_id, agent_id, input) "
+            "VALUES ($1, $2, $3, $4, $5)",
+            run_id,
+            tenant_id,
+            session_id,
+            a["id"],
+            {"text": input_text},
+        )
+        await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, run_id)
+    return {"run_id": run_id, "session_id": session_id}
+
+
+RUN_COLUMNS = (
+    "id::text, tenant_id::text, session_id::text, agent_id::text, status, input, state_json, "
+    "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
+    "started_at, finished_at"
+)
+
+
+async def get_run(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, Any]:
+    try:
+        uuid.UUID(run_id)
+    except ValueError:
+        raise NotFound(f"{run_id!r} is not a run id (a UUID)") from None
+    row = await db.fetchrow(
+        f"SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND tenant_id = $2", run_id, tenant_id
+    )
+    if row is None:
+        raise NotFound(f"no run {run_id} in this tenant")
+    return dict(row)
+
+
+async def run_details(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, Any]:
+    run = await get_run(db, tenant_id, run_id)
+    msgs = await db.fetch(
+        "SELECT seq, run_id::text, role, content FROM messages WHERE session_id = $1 ORDER BY seq",
+        run["session_id"],
+    )
+    events = await run_events(db, run_id, after=0)
+    run["transcript"] = [dict(m) for m in msgs]
+    run["events"] = events
+    return run
+
+
+async def run_events(db: asyncpg.Pool, run_id: str, after: int) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        "SELECT seq, type, payload, worker_id, attempt, created_at FROM run_events "
+        "WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+        run_id,
+        after,
+    )
+    return [dict(r) for r in rows]
+
+
+async def list_runs(
+    db: asyncpg.Pool, tenant_id: str, *, status: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        "SELECT r.id::text, a.name AS agent, r.status, r.attempt, r.created_at, r.finished_at, "
+        "r.error FROM runs r JOIN agents a ON a.id = r.agent_id "
+        "WHERE r.tenant_id = $1 AND ($2::text IS NULL OR r.status = $2) "
+        "ORDER BY r.created_at DESC LIMIT $3",
+        tenant_id,
+        status,
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
+    """Queued runs are cancelled at once; running ones at their next turn boundary."""
+    await get_run(db, tenant_id, run_id)
+    row = await db.fetchrow(
+        "UPDATE runs SET cancel_requested = (status = 'running'), "
+        "status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END, "
+        "finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END "
+        "WHERE id = $1 AND tenant_id = $2 AND status IN ('queued', 'running') RETURNING status",
+        run_id,
+        tenant_id,
+    )
+    if row is None:
+        raise Conflict(f"run {run_id} has already finished; nothing to cancel")
+    await db.execute("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, run_id)
+    return str(row["status"])
+
+
+async def resume(db: asyncpg.Pool, tenant_id: str, run_id: str) -> None:
+    """Re-queue a cancelled or failed run; it continues from its checkpoint."""
+    await get_run(db, tenant_id, run_id)
+    done = await db.fetchval(
+        "UPDATE runs SET status = 'queued', cancel_requested = false, error = NULL, "
+        "finished_at = NULL, lost_count = 0 "
+        "WHERE id = $1 AND tenant_id = $2 AND status IN ('cancelled', 'failed') RETURNING 1",
+        run_id,
+        tenant_id,
+    )
+    if done is None:
+        raise Conflict(f"run {run_id} is not cancelled or failed; only those can be resumed")
+    await db.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, run_id)

@@ -1,0 +1,138 @@
+"""The schema's single source: SQLAlchemy Core metadata.
+
+Alembic migrates the database to it and tests/test_migrations.py checks that
+`alembic upgrade head` leaves no difference. The hot path does not query
+through SQLAlchemy (see store/sql.py for why).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+
+metadata = MetaData()
+
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
+def _now() -> Column[object]:
+    return Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", UUID(as_uuid=False), primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+    _now(),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("id", UUID(as_uuid=False), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=False), ForeignKey("tenants.id"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("system", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("tools", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("config", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    _now(),
+    UniqueConstraint("tenant_id", "name", name="agents_tenant_name_key"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", UUID(as_uuid=False), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=False), ForeignKey("tenants.id"), nullable=False),
+    Column("agent_id", UUID(as_uuid=False), ForeignKey("agents.id"), nullable=False),
+    _now(),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", UUID(as_uuid=False), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=False), ForeignKey("tenants.id"), nullable=False),
+    Column("session_id", UUID(as_uuid=False), ForeignKey("sessions.id"), nullable=False),
+    Column("agent_id", UUID(as_uuid=False), ForeignKey("agents.id"), nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'queued'")),
+    Column("input", JSONB, nullable=False),
+    Column("state_json", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("attempt", Integer, nullable=False, server_default=text("0")),
+    # attempts that ended with the lease expiring (worker lost); reset by resume
+    Column("lost_count", Integer, nullable=False, server_default=text("0")),
+    Column("lease_owner", Text),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+    Column("error", JSONB),
+    Column("usage", JSONB),
+    Column("trace_parent", Text),
+    _now(),
+    Column("started_at", DateTime(timezone=True)),
+    Column("finished_at", DateTime(timezone=True)),
+    CheckConstraint(
+        "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')",
+        name="runs_status_check",
+    ),
+    Index("runs_queued_idx", "created_at", postgresql_where=text("status = 'queued'")),
+    Index("runs_lease_idx", "lease_expires_at", postgresql_where=text("status = 'running'")),
+    Index("runs_session_idx", "session_id"),
+    Index("runs_tenant_created_idx", "tenant_id", "created_at"),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("session_id", UUID(as_uuid=False), ForeignKey("sessions.id"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column(
+        "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    Column("role", Text, nullable=False),
+    Column("content", JSONB, nullable=False),
+    _now(),
+    Index("messages_run_idx", "run_id"),
+)
+
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column(
+        "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("tool_use_id", Text, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("result", JSONB, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    _now(),
+)
+
+run_events = Table(
+    "run_events",
+    metadata,
+    Column(
+        "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("seq", Integer, primary_key=True),
+    Column("type", Text, nullable=False),
+    Column("payload", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("worker_id", Text),
+    Column("attempt", Integer),
+    _now(),
+)
