@@ -1,0 +1,145 @@
+"""Shared fixtures: a real Postgres (embedded by default), a migrated template
+database created once per session, and a fresh database per test cloned from it.
+
+HANGO_DATABASE_URL points the suite at another server (its database is used
+only to create and drop per-test databases).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from hango_worker.store import db, migrate, repo
+from hango_worker.telemetry.setup import TracingHandle, setup_tracing
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """No test may reach the network: the real Anthropic API above all."""
+    base = os.environ.get("ANTHROPIC_BASE_URL")
+    if base and urlsplit(base).hostname not in LOOPBACK:
+        raise pytest.UsageError(
+            f"ANTHROPIC_BASE_URL={base!r} is not loopback; tests must not use it"
+        )
+    os.environ.pop("ANTHROPIC_API_KEY", None)
+    os.environ["ANTHROPIC_OPEN_TELEMETRY"] = "false"
+    for k in [k for k in os.environ if k.startswith("OTEL_")]:
+        del os.environ[k]
+
+
+def with_database(dsn: str, name: str) -> str:
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> Iterator[str]:
+    url = os.environ.get("HANGO_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from hango_worker.store import embedded
+
+    root = tempfile.mkdtemp(prefix="hango-test-")
+    server, dsn = embedded.start(root)
+    try:
+        yield dsn
+    finally:
+        embedded.stop(server)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def template_db(pg_admin_dsn: str) -> AsyncIterator[str]:
+    name = f"hango_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = await asyncpg.connect(pg_admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        dsn = with_database(pg_admin_dsn, name)
+        await migrate.upgrade(dsn, "head")
+        conn = await db.connect(dsn)
+        await repo.ensure_default_tenant(conn)
+        await conn.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def dsn(pg_admin_dsn: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test (cloned from the template: fast)."""
+    name = f"hango_t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+        yield with_database(pg_admin_dsn, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def empty_dsn(pg_admin_dsn: str) -> AsyncIterator[str]:
+    """A fresh database with no schema at all (migration tests)."""
+    name = f"hango_e_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield with_database(pg_admin_dsn, name)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def pool(dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await db.create_pool(dsn, min_size=1, max_size=8)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture(scope="session")
+def tracing() -> Iterator[tuple[TracingHandle, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    handle = setup_tracing(exporter=exporter)
+    yield handle, exporter
+    handle.shutdown()
+
+
+class SpanReader:
+    """Finished spans from the SDK's in-memory exporter (flushed on every read)."""
+
+    def __init__(self, handle: TracingHandle, exporter: InMemorySpanExporter) -> None:
+        self.handle, self.exporter = handle, exporter
+
+    def all(self) -> list[Any]:
+        self.handle.force_flush()
+        return list(self.exporter.get_finished_spans())
+
+    def named(self, prefix: str) -> list[Any]:
+        return [s for s in self.all() if s.name.startswith(prefix)]
+
+    def events(self, name: str) -> list[Any]:
+        return [e for s in self.all() for e in s.events if e.name == name]
+
+
+@pytest.fixture
+def spans(tracing: tuple[TracingHandle, InMemorySpanExporter]) -> SpanReader:
+    handle, exporter = tracing
+    handle.force_flush()
+    exporter.clear()
+    return SpanReader(handle, exporter)

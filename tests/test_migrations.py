@@ -1,0 +1,64 @@
+"""alembic upgrade head == the SQLAlchemy metadata; one downgrade step drops runs.state_json."""
+
+from __future__ import annotations
+
+import asyncpg
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import pool
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from hango_worker.store import migrate
+from hango_worker.store.schema import metadata
+
+
+async def _diff(dsn: str) -> list[object]:
+    engine = create_async_engine(migrate.sqlalchemy_url(dsn), poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(
+                lambda c: compare_metadata(MigrationContext.configure(c), metadata)
+            )
+    finally:
+        await engine.dispose()
+
+
+async def _columns(dsn: str, table: str) -> set[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = $1", table
+        )
+        return {r["column_name"] for r in rows}
+    finally:
+        await conn.close()
+
+
+async def test_upgrade_head_matches_metadata(empty_dsn: str) -> None:
+    await migrate.upgrade(empty_dsn, "head")
+    assert await _diff(empty_dsn) == []
+
+
+async def test_one_downgrade_step_drops_state_json_and_upgrade_restores_it(empty_dsn: str) -> None:
+    await migrate.upgrade(empty_dsn, "head")
+    assert "state_json" in await _columns(empty_dsn, "runs")
+    await migrate.downgrade(empty_dsn, "-1")
+    cols = await _columns(empty_dsn, "runs")
+    assert "state_json" not in cols
+    assert {"id", "status", "attempt", "lease_owner"} <= cols
+    await migrate.upgrade(empty_dsn, "head")
+    assert await _diff(empty_dsn) == []
+
+
+async def test_downgrade_to_base_leaves_no_tables(empty_dsn: str) -> None:
+    await migrate.upgrade(empty_dsn, "head")
+    await migrate.downgrade(empty_dsn, "base")
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        tables = await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' "
+            "AND tablename <> 'alembic_version'"
+        )
+    finally:
+        await conn.close()
+    assert tables == []
