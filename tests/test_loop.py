@@ -111,7 +111,7 @@ async def test_a_tool_that_raises_becomes_an_error_result(stack: Any) -> None:
 async def test_max_turns_fails_the_run_clearly(stack: Any) -> None:
     tool, calls = recording_tool()
     turns = [{"tool_calls": [call("echo", text=f"step {i}")]} for i in range(10)]
-    outcome, state, io = await run_agent(
+    outcome, _state, io = await run_agent(
         agent(tools=["echo"]), scripted(*turns), tools=[tool], stack=stack, max_turns=3
     )
     assert outcome.status == "failed"

@@ -1,0 +1,267 @@
+"""The four shipped middlewares: allowlist, todo, repeat-call, repair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hango_worker.agent.loop import RunInfo
+from hango_worker.agent.middleware import ModelHandler, ModelRequest, ModelResponse
+from hango_worker.agent.mw_repair import INTERRUPTED, dangling_tool_uses
+from hango_worker.agent.mw_repeat import call_key, fnv1a64
+from hango_worker.agent.mw_todo import TOOL_NAME
+from hango_worker.agent.state import Todo, dump_state, load_state
+from hango_worker.provider.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from hango_worker.testing.memory import make_state, run_agent
+from tests.helpers import agent, call, recording_tool, scripted
+from tests.test_chain import CapturingProvider
+
+
+def results(state: Any) -> list[ToolResultBlock]:
+    return [b for m in state.messages for b in m.content if isinstance(b, ToolResultBlock)]
+
+
+# -- allowlist -----------------------------------------------------------------------------
+
+
+async def test_a_banned_tool_called_by_the_model_never_runs(spans: Any) -> None:
+    tool, calls = recording_tool()
+    outcome, state, _ = await run_agent(
+        agent(tools=["calculator"]),  # echo exists in the registry but is not allowed
+        scripted({"tool_calls": [call("echo", text="x")]}, {"text": "ok"}),
+        tools=[tool],
+    )
+    assert outcome.status == "succeeded"
+    assert calls == []
+    (r,) = results(state)
+    assert r.is_error
+    assert r.content == (
+        "tool 'echo' is not allowed for this agent (allowed: calculator); it was not run"
+    )
+    (ev,) = spans.events("middleware.short_circuited")
+    assert ev.attributes["hango.middleware.name"] == "tool_allowlist"
+
+
+class ReAdder:
+    """A misbehaving middleware that tries to put a banned tool back."""
+
+    name = "re_adder"
+
+    def __init__(self, tool: Any) -> None:
+        self.tool = tool
+
+    async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
+        return await next(req.with_request(tools=[*req.request.tools, self.tool.spec()]))
+
+
+async def test_a_middleware_re_adding_a_banned_tool_is_defeated(spans: Any) -> None:
+    from hango_worker.agent.stack import StackConfig, default_stack
+
+    tool, calls = recording_tool()
+    stack = default_stack(StackConfig(("calculator",)))
+    stack[0] = ReAdder(tool)  # outer slot
+    provider = CapturingProvider(scripted({"tool_calls": [call("echo", text="x")]}, {"text": "ok"}))
+    await run_agent(agent(tools=["calculator"]), provider, tools=[tool], stack=stack)
+    assert [t.name for t in provider.requests[0].tools] == ["calculator"]
+    assert calls == []
+    rewritten = spans.events("middleware.request_rewritten")
+    assert rewritten and "echo" in rewritten[0].attributes["hango.tools.removed"]
+
+
+# -- todo ----------------------------------------------------------------------------------
+
+PLAN = [{"content": "one", "status": "in_progress"}, {"content": "two", "status": "pending"}]
+
+
+async def test_write_todos_replaces_renders_and_never_enters_messages(spans: Any) -> None:
+    second = [{"content": "three", "status": "completed"}]
+    provider = CapturingProvider(
+        scripted(
+            {"tool_calls": [call(TOOL_NAME, todos=PLAN)]},
+            {"tool_calls": [call(TOOL_NAME, todos=second)]},
+            {"text": "done"},
+        )
+    )
+    outcome, state, _ = await run_agent(agent(tools=[TOOL_NAME]), provider)
+    assert outcome.status == "succeeded"
+    assert state.todos == [Todo(content="three", status="completed")]  # replaced, not merged
+    plan_block = provider.requests[1].system[1].text
+    assert "1. [~] one" in plan_block and "2. [ ] two" in plan_block
+    assert "three" in provider.requests[2].system[1].text
+    assert "one" not in provider.requests[2].system[1].text
+    confirmations = [r.content for r in results(state)]
+    assert confirmations[0] == "Todo list updated: 2 items (1 in progress, 0 completed, 1 pending)."
+    for m in state.messages:  # the list is never echoed into history as text
+        for b in m.content:
+            if isinstance(b, TextBlock | ToolResultBlock):
+                assert "[~] one" not in (b.text if isinstance(b, TextBlock) else b.content)
+    counts = spans.events("agent.todos_updated")
+    assert [e.attributes["hango.todos.total"] for e in counts] == [2, 1]
+    assert counts[0].attributes["hango.todos.in_progress"] == 1
+    assert all("one" not in str(dict(e.attributes)) for e in counts)  # never content
+    turns = [
+        s
+        for s in spans.named("turn ")
+        if "langfuse.observation.metadata.todos_total" in s.attributes
+    ]
+    assert turns and turns[-1].attributes["langfuse.observation.metadata.todos_completed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("todos", "expect"),
+    [
+        ([{"content": "x", "status": "done"}], "todos/0/status: 'done' is not one of"),
+        ([{"status": "pending"}], "todos/0: 'content' is a required property"),
+        ([{"content": "", "status": "pending"}], "todos/0/content: '' should be non-empty"),
+        ("not a list", "todos: 'not a list' is not of type 'array'"),
+    ],
+)
+async def test_invalid_todo_input_is_rejected_clearly(todos: Any, expect: str) -> None:
+    _, state, _ = await run_agent(
+        agent(tools=[TOOL_NAME]),
+        scripted({"tool_calls": [call(TOOL_NAME, todos=todos)]}, {"text": "x"}),
+    )
+    (r,) = results(state)
+    assert r.is_error and expect in r.content
+    assert state.todos == []
+
+
+async def test_two_write_todos_in_one_response_are_both_rejected() -> None:
+    _, state, _ = await run_agent(
+        agent(tools=[TOOL_NAME]),
+        scripted(
+            {"tool_calls": [call(TOOL_NAME, todos=PLAN), call(TOOL_NAME, todos=PLAN)]},
+            {"text": "x"},
+        ),
+    )
+    rs = results(state)
+    assert len(rs) == 2 and all(
+        r.is_error and "called 2 times in one response" in r.content for r in rs
+    )
+    assert state.todos == []
+
+
+def test_write_todos_description_carries_the_policy() -> None:
+    from hango_worker.agent.mw_todo import DESCRIPTION
+
+    for phrase in (
+        "REPLACES the whole list",
+        "three steps",
+        "trivial",
+        "one item in progress",
+        "completed right after",
+        "not an answer",
+    ):
+        assert phrase in DESCRIPTION
+
+
+# -- repeat call ---------------------------------------------------------------------------
+
+
+def test_fnv1a64_matches_the_reference_vectors() -> None:
+    assert fnv1a64(b"") == 0xCBF29CE484222325
+    assert fnv1a64(b"a") == 0xAF63DC4C8601EC8C
+    assert fnv1a64(b"foobar") == 0x85944171F73967E8
+    assert call_key("t", {"b": 1, "a": 2}) == call_key("t", {"a": 2, "b": 1})  # canonical JSON
+
+
+async def test_the_third_identical_call_is_blocked_and_not_executed(spans: Any) -> None:
+    tool, calls = recording_tool()
+    same = call("echo", text="again")
+    outcome, state, _ = await run_agent(
+        agent(tools=["echo"]),
+        scripted(
+            {"tool_calls": [same]},
+            {"tool_calls": [same]},
+            {"tool_calls": [same]},
+            {"tool_calls": [call("echo", text="different")]},
+            {"text": "ok"},
+        ),
+        tools=[tool],
+    )
+    assert outcome.status == "succeeded"
+    assert calls == [{"text": "again"}, {"text": "again"}, {"text": "different"}]
+    rs = results(state)
+    assert rs[2].is_error
+    assert rs[2].content == (
+        "this exact call was already made 2 times; use the previous result or change approach"
+    )
+    assert not rs[3].is_error  # different arguments are not blocked
+    (ev,) = spans.events("middleware.repeat_call_blocked")
+    assert ev.attributes["gen_ai.tool.name"] == "echo"
+
+
+async def test_repeat_counts_survive_a_resume_through_state_json() -> None:
+    tool, calls = recording_tool()
+    same = call("echo", text="again")
+    a = agent(tools=["echo"])
+    _, state, _ = await run_agent(
+        a, scripted({"tool_calls": [same]}, {"tool_calls": [same]}, {"text": "x"}), tools=[tool]
+    )
+    raw = dump_state(state)
+    resumed = load_state(
+        raw,
+        run_id="run-1",
+        session_id="s",
+        agent_id=a.id,
+        tenant_id="t",
+        messages=[*state.messages, Message("user", [TextBlock("once more")])],
+    )
+    history_turns = sum(1 for m in resumed.messages if m.role == "assistant")
+    turns = [{}] * history_turns + [{"tool_calls": [same]}, {"text": "ok"}]
+    _, state2, _ = await run_agent(a, scripted(*turns), tools=[tool], state=resumed)
+    assert len(calls) == 2  # the third, after the resume, was blocked
+    assert results(state2)[-1].is_error
+
+
+async def test_agent_config_threshold_overrides_the_default() -> None:
+    tool, calls = recording_tool()
+    same = call("echo", text="x")
+    await run_agent(
+        agent(tools=["echo"], repeat_call_threshold=2),
+        scripted({"tool_calls": [same]}, {"tool_calls": [same]}, {"text": "ok"}),
+        tools=[tool],
+    )
+    assert len(calls) == 1
+
+
+# -- repair --------------------------------------------------------------------------------
+
+
+async def test_dangling_tool_use_is_repaired_before_the_first_model_call() -> None:
+    dangling = [
+        Message("user", [TextBlock("hi")]),
+        Message("assistant", [ToolUseBlock("toolu_old", "echo", {"text": "1"})]),
+    ]
+    tool, calls = recording_tool()  # not idempotent: never re-run, repaired instead
+    a = agent(tools=["echo"])
+    state = make_state(a, text=None, history=dangling)
+    provider = CapturingProvider(scripted({}, {"text": "recovered"}))
+    info = RunInfo(persisted=2)  # the history is already in the store
+    outcome, state, io = await run_agent(a, provider, state=state, tools=[tool], info=info)
+    assert outcome.status == "succeeded"
+    assert calls == []
+    sent = provider.requests[0].messages
+    assert sent[2].content == [ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)]
+    assert dangling_tool_uses(sent) == []
+    assert io.messages[0].content[0] == ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)
+
+
+def test_repair_fills_gaps_in_the_middle_of_history_in_place() -> None:
+    from hango_worker.agent.mw_repair import repair
+
+    msgs = [
+        Message("user", [TextBlock("q")]),
+        Message("assistant", [ToolUseBlock("a", "x", {}), ToolUseBlock("b", "x", {})]),
+        Message("user", [ToolResultBlock("a", "ok"), TextBlock("and then?")]),
+        Message("assistant", [TextBlock("done")]),
+    ]
+    assert repair(msgs) == 1
+    assert len(msgs) == 4
+    assert [type(b).__name__ for b in msgs[2].content] == [
+        "ToolResultBlock",
+        "ToolResultBlock",
+        "TextBlock",
+    ]
+    assert dangling_tool_uses(msgs) == []
