@@ -176,10 +176,15 @@ async def cmd_demo(s: Settings, a: argparse.Namespace) -> int:
     return await demo(s)
 
 
-async def cmd_fake_anthropic(s: Settings, a: argparse.Namespace) -> int:
+def fake_anthropic(a: argparse.Namespace) -> int:
+    """Runs outside asyncio: the fake server owns its own loop and signal handling."""
+    from hango_worker.provider.scripted import ScriptError
     from hango_worker.testing.fake_anthropic import serve_forever
 
-    await serve_forever(a.port, a.script)
+    try:
+        serve_forever(a.port, a.script)
+    except ScriptError as e:
+        raise CliError(str(e)) from None
     return 0
 
 
@@ -240,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "show":
             sp.add_argument("--json", action="store_true")
 
-    fa = cmd("fake-anthropic", cmd_fake_anthropic, "serve the fake Anthropic API (for tests)")
+    fa = sub.add_parser("fake-anthropic", help="serve the fake Anthropic API (for tests)")
+    fa.set_defaults(fn=None, sync=fake_anthropic)
     fa.add_argument("--port", type=int, default=8765)
     fa.add_argument("--script", required=True, help="JSON list of scripted responses")
     return p
@@ -249,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.fn is None:
+            sync: Callable[[argparse.Namespace], int] = args.sync
+            return sync(args)
         settings = load_settings()
         code: int = asyncio.run(args.fn(settings, args))
         return code

@@ -125,21 +125,24 @@ class PgRunIO:
             raise Fenced(self.claim.run_id)
         attempts = 0
 
-        async def once() -> int:
+        async def once() -> tuple[int, bool]:
             nonlocal attempts
             attempts += 1
             try:
-                return int(await self.pool.fetchval(query, *args))
+                row = await self.pool.fetchrow(query, *args)
             except asyncpg.UniqueViolationError:
                 if attempts > 1:  # our earlier try committed before the connection dropped
-                    return 1
+                    return 1, False
                 raise
+            return int(row["fenced"]), bool(row["cancel"])
 
-        n = await with_reconnect(once, deadline_s=self.lease_s, what="checkpoint")
+        n, cancel = await with_reconnect(once, deadline_s=self.lease_s, what="checkpoint")
         self.writes += 1
         if n == 0:
             self.lost = True
             raise Fenced(self.claim.run_id)
+        if cancel:
+            self.cancel_event.set()
 
     async def checkpoint(
         self,

@@ -4,7 +4,8 @@ Why not SQLAlchemy here: a turn's checkpoint through SQLAlchemy Core's
 AsyncEngine costs ~2 ms of client CPU against ~0.4 ms with asyncpg prepared
 statements (DESIGN.md §11). Each write that touches a run is *fenced*: it
 only takes effect while `lease_owner = me AND attempt = my attempt AND
-status = 'running'`, and reports whether it did.
+status = 'running'`, and reports whether it did — and, for free, whether a
+cancel was requested, so a cancel is seen at the very next write.
 """
 
 NOTIFY_CHANNEL = "hango_runs"
@@ -63,7 +64,7 @@ WITH fence AS (
         usage = coalesce($8::jsonb, usage),
         trace_parent = coalesce($9::text, trace_parent)
     WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
-    RETURNING id, session_id
+    RETURNING id, session_id, cancel_requested
 ), msgs AS (
     INSERT INTO messages (session_id, seq, run_id, role, content)
     SELECT f.session_id, m.seq, f.id, m.role, m.content::jsonb
@@ -75,7 +76,7 @@ WITH fence AS (
     FROM fence f, unnest($13::int[], $14::text[], $15::text[]) AS e(seq, type, payload)
     RETURNING 1
 )
-SELECT count(*) FROM fence
+SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel FROM fence
 """
 
 # One small commit per completed tool call: result + state + its event, fenced.
@@ -83,7 +84,7 @@ RECORD_TOOL = """
 WITH fence AS (
     UPDATE runs SET state_json = $4::jsonb, lease_expires_at = now() + make_interval(secs => $5)
     WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
-    RETURNING id
+    RETURNING id, cancel_requested
 ), rec AS (
     INSERT INTO tool_calls (run_id, tool_use_id, name, result, attempt)
     SELECT f.id, $6, $7, $8::jsonb, $3 FROM fence f
@@ -94,7 +95,7 @@ WITH fence AS (
     SELECT f.id, $9, $10, $11::text::jsonb, $2, $3 FROM fence f
     RETURNING 1
 )
-SELECT count(*) FROM fence
+SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel FROM fence
 """
 
 # Per worker, not per run: one statement renews every lease the worker holds.
