@@ -166,7 +166,7 @@ async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
 
     async with database(s) as dsn:
         stats = await serve(s, dsn, until_idle=a.until_idle, install_signals=True)
-    print(_json({"claimed": stats.claimed, "finished": stats.finished}), file=sys.stderr)
+    print(json.dumps({"claimed": stats.claimed, "finished": stats.finished}), file=sys.stderr)
     return 0
 
 

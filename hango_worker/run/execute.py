@@ -151,18 +151,7 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
     except StateError as e:
         await io.fail({"type": "invalid_state", "message": str(e)})
         return Outcome("failed", {"type": "invalid_state", "message": str(e)})
-    threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
-    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
-    settings = LoopSettings(
-        max_turns=agent.config.max_turns or s.max_turns,
-        model_retries=s.model_retries,
-        provider_name=deps.provider.name,
-        capture_content=s.capture_content,
-    )
-    on_text = (lambda d: obs.delta(c.run_id, d)) if obs else None
-    loop = AgentLoop(
-        agent, chain, deps.registry.view(agent.tools), deps.provider, io, settings, on_text
-    )
+    loop = _build_loop(deps, agent, io, c.run_id)
     parent, links = _previous_attempt(c)
     info = RunInfo(
         attempt=c.attempt,
@@ -181,3 +170,20 @@ async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:
         "SELECT coalesce(max(seq), 0) FROM run_events WHERE run_id = $1", c.run_id
     )
     return int(v) + 1
+
+
+def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> AgentLoop:
+    s = deps.settings
+    obs = deps.observer
+    threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
+    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
+    settings = LoopSettings(
+        max_turns=agent.config.max_turns or s.max_turns,
+        model_retries=s.model_retries,
+        provider_name=deps.provider.name,
+        capture_content=s.capture_content,
+    )
+    on_text = (lambda d: obs.delta(run_id, d)) if obs else None
+    return AgentLoop(
+        agent, chain, deps.registry.view(agent.tools), deps.provider, io, settings, on_text
+    )

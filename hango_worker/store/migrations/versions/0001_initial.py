@@ -23,6 +23,12 @@ def _created() -> sa.Column:  # type: ignore[type-arg]
 
 
 def upgrade() -> None:
+    _tenants_agents_sessions()
+    _runs()
+    _history()
+
+
+def _tenants_agents_sessions() -> None:
     op.create_table(
         "tenants",
         sa.Column("id", UUID, primary_key=True),
@@ -50,6 +56,9 @@ def upgrade() -> None:
         sa.Column("agent_id", UUID, sa.ForeignKey("agents.id"), nullable=False),
         _created(),
     )
+
+
+def _runs() -> None:
     op.create_table(
         "runs",
         sa.Column("id", UUID, primary_key=True),
@@ -85,6 +94,9 @@ def upgrade() -> None:
     )
     op.create_index("runs_session_idx", "runs", ["session_id"])
     op.create_index("runs_tenant_created_idx", "runs", ["tenant_id", "created_at"])
+
+
+def _history() -> None:
     op.create_table(
         "messages",
         sa.Column("session_id", UUID, sa.ForeignKey("sessions.id"), primary_key=True),
