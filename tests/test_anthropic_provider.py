@@ -82,7 +82,7 @@ def test_anthropic_base_url_is_loopback_if_set() -> None:
 
 @pytest.fixture
 def fake() -> Iterator[FakeAnthropic]:
-    """A fake whose script tests set through `fake.turns` (via `use`)."""
+    """A fake whose script each test sets with `use`."""
     with FakeAnthropic([{"text": "unused"}]) as server:
         yield server
 
@@ -95,9 +95,7 @@ async def provider(fake: FakeAnthropic) -> AsyncIterator[AnthropicProvider]:
 
 
 def use(fake: FakeAnthropic, script: list[dict[str, Any]]) -> None:
-    from hango_worker.testing.fake_anthropic import parse_fake_script
-
-    fake.turns = parse_fake_script(script)
+    fake.load(script)
 
 
 def user(text: str) -> Message:

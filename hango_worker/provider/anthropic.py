@@ -126,6 +126,10 @@ class AnthropicProvider:
         self.client = client
         self._secrets = tuple(s for s in (client.api_key, client.auth_token) if s)
 
+    async def aclose(self) -> None:
+        """Close the SDK client's connection pool."""
+        await self.client.close()
+
     async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
         started = time.perf_counter()
         acc = _Accumulator(on_text)
@@ -145,6 +149,12 @@ class AnthropicProvider:
             raise ModelError(
                 "api_connection_error", redact(msg, self._secrets), retryable=True
             ) from None
+        except anthropic.AnthropicError as e:  # credentials, response validation, …
+            etype = (
+                "authentication_error" if isinstance(e, anthropic.CredentialsError) else "api_error"
+            )
+            msg = f"{type(e).__name__}: {e}"
+            raise ModelError(etype, redact(msg, self._secrets), retryable=False) from None
         return acc.response(request.model)
 
     async def _create(self, request: Request) -> anthropic.AsyncStream[RawMessageStreamEvent]:
@@ -169,14 +179,19 @@ class AnthropicProvider:
 def _build_client(
     api_key: str | None, base_url: str | None, max_retries: int, open_telemetry: bool
 ) -> anthropic.AsyncAnthropic:
-    if open_telemetry:
-        client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=max_retries
-        )
-    else:
-        client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=max_retries, open_telemetry=False
-        )
+    try:
+        if open_telemetry:
+            client = anthropic.AsyncAnthropic(
+                api_key=api_key, base_url=base_url, max_retries=max_retries
+            )
+        else:
+            client = anthropic.AsyncAnthropic(
+                api_key=api_key, base_url=base_url, max_retries=max_retries, open_telemetry=False
+            )
+    except anthropic.CredentialsError as e:  # a configured but broken SDK profile
+        raise MissingCredentialsError(
+            f"the anthropic SDK found no usable credentials: {e}"
+        ) from None
     if client.api_key is None and client.auth_token is None and client.credentials is None:
         raise MissingCredentialsError(
             "the anthropic provider needs an API key: set ANTHROPIC_API_KEY "
