@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Awaitable, Callable
+
+import asyncpg
 
 from hango_worker.config import Settings
 from hango_worker.provider.types import Provider
@@ -12,10 +15,25 @@ from hango_worker.run.execute import RunDeps, RunObserver
 from hango_worker.run.providers import make_provider
 from hango_worker.run.worker import Worker, WorkerStats
 from hango_worker.store import db
+from hango_worker.store.migrate import head_revision
 from hango_worker.telemetry.logs import setup_logging
+from hango_worker.telemetry.metrics_server import MetricsServer, start_metrics_server
+from hango_worker.telemetry.setup import setup_tracing
 from hango_worker.tool.registry import Registry
 
 log = logging.getLogger(__name__)
+
+
+def readiness(pool: asyncpg.Pool) -> Callable[[], Awaitable[bool]]:
+    """`/readyz`: the database answers and is migrated to this code's head revision."""
+    head = head_revision()
+
+    async def check() -> bool:
+        async with asyncio.timeout(3):
+            version = await pool.fetchval("SELECT version_num FROM alembic_version")
+        return bool(version == head)
+
+    return check
 
 
 async def serve(
@@ -29,19 +47,32 @@ async def serve(
     observer: RunObserver | None = None,
     metrics: bool = True,
     logs: bool = True,
+    on_ready: Callable[[Worker, MetricsServer | None], None] | None = None,
 ) -> WorkerStats:
+    """Run a worker until it is shut down (or, with until_idle, the queue is empty).
+    `on_ready` receives the worker and its metrics server once both are up."""
     if logs:
         setup_logging(settings.log_level, settings.log_format)
     provider = provider or make_provider(settings)
     registry = registry or Registry.default()
+    tracing = setup_tracing()
     pool = await db.create_pool(dsn, min_size=2, max_size=settings.worker_concurrency + 4)
-    deps = RunDeps(pool, settings, registry, provider, settings.effective_worker_id(), observer)
-    worker = Worker(deps, dsn)
-    if install_signals:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.request_shutdown)
+    server: MetricsServer | None = None
     try:
+        if metrics:
+            server = await start_metrics_server(settings.metrics_port, readiness(pool))
+            log.info("metrics on :%d/metrics", server.port)
+        deps = RunDeps(pool, settings, registry, provider, settings.effective_worker_id(), observer)
+        worker = Worker(deps, dsn)
+        if on_ready is not None:
+            on_ready(worker, server)
+        if install_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, worker.request_shutdown)
         return await worker.run(until_idle=until_idle)
     finally:
+        if server is not None:
+            await server.close()
         await pool.close()
+        tracing.shutdown()

@@ -152,6 +152,9 @@ class Worker:
         try:
             outcome = await execute(self.deps, c, lambda io: self._attach(c.run_id, io))
             status = outcome.status if outcome else "lost"
+            if outcome is not None and outcome.status == "failed":
+                etype = (outcome.error or {}).get("type")
+                metrics.RUNS_FAILED.labels(metrics.error_type_label(etype)).inc()
         except Fenced:
             log.warning("lease lost; abandoning run", extra={"run_id": c.run_id})
         except asyncio.CancelledError:

@@ -79,13 +79,19 @@ def end_chat_span(span: Span, request: Any, resp: Any, provider_name: str, start
     metrics.GENAI_DURATION.labels(*labels, "").observe(time.perf_counter() - started)
     metrics.GENAI_TOKENS.labels(*labels, "input").observe(input_tokens(resp.usage))
     metrics.GENAI_TOKENS.labels(*labels, "output").observe(resp.usage.output_tokens)
+    u = resp.usage
+    metrics.MODEL_TOKENS.labels("input").inc(u.input_tokens)
+    metrics.MODEL_TOKENS.labels("output").inc(u.output_tokens)
+    metrics.MODEL_TOKENS.labels("cache_read").inc(u.cache_read_input_tokens)
+    metrics.MODEL_TOKENS.labels("cache_creation").inc(u.cache_creation_input_tokens)
 
 
 def end_chat_span_error(
     span: Span, request: Any, provider_name: str, err: Any, started: float
 ) -> None:
     mark_error(span, str(err.type), str(err.message))
-    metrics.GENAI_DURATION.labels("chat", provider_name, request.model, str(err.type)).observe(
+    etype = metrics.error_type_label(err.type)
+    metrics.GENAI_DURATION.labels("chat", provider_name, request.model, etype).observe(
         time.perf_counter() - started
     )
 
@@ -95,7 +101,7 @@ def record_retry(err: Any, attempt: int, delay: float) -> None:
         "model.retried",
         {"error.type": str(err.type), "hango.retry.attempt": attempt, "hango.retry.delay_s": delay},
     )
-    metrics.MODEL_RETRIES.labels(str(err.type)).inc()
+    metrics.MODEL_RETRIES.labels(metrics.error_type_label(err.type)).inc()
 
 
 @contextmanager

@@ -60,3 +60,43 @@ GENAI_TOKENS = Histogram(
     ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_token_type"],
     buckets=TOKEN_BUCKETS,
 )
+MODEL_TOKENS = Counter(
+    "hango_model_tokens_total",
+    "Model tokens by type (input excludes cache; cache hit ratio = cache_read / all input).",
+    ["type"],
+)
+RUNS_FAILED = Counter(
+    "hango_runs_failed_total", "Runs that ended failed, by error type.", ["error_type"]
+)
+
+# error types are bounded: known ones keep their name, anything else is "other"
+KNOWN_ERROR_TYPES = frozenset(
+    {
+        "max_turns",
+        "max_tokens",
+        "max_attempts",
+        "invalid_state",
+        "invalid_agent",
+        "invalid_history",
+        "invalid_input",
+        "agent_not_found",
+        "internal_error",
+        "refusal",
+        "model_context_window_exceeded",
+        "script_exhausted",
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+        "connection_error",
+        "timeout_error",
+    }
+)
+
+
+def error_type_label(error_type: object) -> str:
+    return str(error_type) if error_type in KNOWN_ERROR_TYPES else "other"

@@ -198,6 +198,7 @@ class _Switch(trace.TracerProvider):
 
     def __init__(self) -> None:
         self.current: TracerProvider | None = None
+        self._installed: list[TracerProvider] = []  # newest last; release restores the previous
         self._lock = threading.Lock()
         self._tracers: dict[tuple[str, str | None, str | None], _SwitchTracer] = {}
 
@@ -228,13 +229,15 @@ class _Switch(trace.TracerProvider):
                 trace.set_tracer_provider(self)
                 if trace.get_tracer_provider() is not self:
                     return False
+            self._installed.append(provider)
             self.current = provider
             return True
 
     def release(self, provider: TracerProvider) -> None:
+        """Stop using ``provider``; the one installed before it (if still open) takes over."""
         with self._lock:
-            if self.current is provider:
-                self.current = None
+            self._installed = [p for p in self._installed if p is not provider]
+            self.current = self._installed[-1] if self._installed else None
 
 
 _SWITCH = _Switch()
