@@ -16,6 +16,7 @@ import asyncpg
 from hango_worker.config import ConfigError, Settings, load_settings
 from hango_worker.render import LiveView, Painter, print_run
 from hango_worker.store import db, embedded, migrate, repo
+from hango_worker.tool.registry import ToolLoadError
 
 
 class CliError(Exception):
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         code: int = asyncio.run(args.fn(settings, args))
         return code
-    except (ConfigError, CliError, repo.NotFound, repo.Conflict) as e:
+    except (ConfigError, CliError, repo.NotFound, repo.Conflict, ToolLoadError) as e:
         print(f"hango-worker: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     anthropic_max_retries: int = Field(default=2, ge=0, le=10)
     model_retries: int = Field(default=4, ge=0, le=20, description="our retries of a model call")
     worker_id: str = Field(default="", description="defaults to host-pid-random")
+    tool_modules: str = Field(
+        default="", description="extra tools: comma-separated module:attribute (Tool or list)"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
 

@@ -54,7 +54,7 @@ async def serve(
     if logs:
         setup_logging(settings.log_level, settings.log_format)
     provider = provider or make_provider(settings)
-    registry = registry or Registry.default()
+    registry = registry or Registry.default(modules=settings.tool_modules)
     tracing = setup_tracing()
     pool = await db.create_pool(dsn, min_size=2, max_size=settings.worker_concurrency + 4)
     server: MetricsServer | None = None

@@ -93,6 +93,9 @@ class AgentLoop:
         self._tools: dict[str, Tool] = {}
         self._usage = Usage()
         self._watermark = 0
+        # bound once, so the chain composes its onion once per run, not per call
+        self._base_model_handler = self._base_model
+        self._base_tool_handler = self._base_tool
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -190,7 +193,7 @@ class AgentLoop:
                 temperature=self.agent.config.temperature,
             )
             req = ModelRequest(request=request, state=state, on_text=self.on_text)
-            resp = await self.chain.model_call(req, self._base_model)
+            resp = await self.chain.model_call(req, self._base_model_handler)
             self._usage.add(resp.usage)
             state.messages.append(resp.message)
             self._events.append(Event("model_message", self._message_event(turn, resp)))
@@ -255,7 +258,9 @@ class AgentLoop:
         with genai.tool_span(
             call, self._tools.get(call.name), self.settings.capture_content
         ) as span:
-            result = await self.chain.tool_call(ToolCallRequest(call, state, ctx), self._base_tool)
+            result = await self.chain.tool_call(
+                ToolCallRequest(call, state, ctx), self._base_tool_handler
+            )
             genai.end_tool_span(
                 span,
                 call.name if call.name in self._tools else "_unknown",

@@ -23,7 +23,8 @@ class ModelRequest:
     """One model call. `request.system` is assembled by the base handler on
     every call; a wrapper that wants to change the assembled blocks (e.g. set
     a cache breakpoint by index) adds a `system_rewrite`, applied in order
-    right after assembly. Rewrite a copy (`with_request`), never the state."""
+    right after assembly (setting `request.system` directly has no effect: the
+    base handler always assembles it). Rewrite a copy (`with_request`), never the state."""
 
     request: Request
     state: State

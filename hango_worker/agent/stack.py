@@ -26,6 +26,7 @@ class StackConfig:
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
     return [
         # Skills: outermost, so skill instructions frame every later block and tool.
+        # (Run hooks in slots before RepairToolCalls see history before it is repaired.)
         None,
         # Filesystem: before summarization, which must see results already offloaded to files.
         None,
@@ -43,7 +44,8 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         None,
         # Memory: after the cache breakpoint; its blocks change often.
         None,
-        # HumanInTheLoop: just outside the allowlist; never asks about a banned tool.
+        # HumanInTheLoop: just outside the allowlist, so approvals see calls after every
+        # rewrite; it sees a call before the allowlist does, so it must skip banned tools.
         None,
         # ToolAllowlist: last = innermost, so no middleware can re-add a banned tool.
         ToolAllowlist(cfg.allowlist),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib.metadata import entry_points
 
 from hango_worker.tool.types import Tool
@@ -39,23 +41,42 @@ class Registry:
         return View([self._tools[n] for n in names if n in self._tools])
 
     @classmethod
-    def default(cls, *, load_entry_points: bool = True) -> Registry:
+    def default(cls, *, load_entry_points: bool = True, modules: str = "") -> Registry:
+        """Built-ins, then the `hango_worker.tools` entry points, then `modules`
+        ("pkg.mod:attr,…", each a Tool, a list of Tools, or a callable returning either)."""
         from hango_worker.tool.builtins import BUILTIN_TOOLS
 
         reg = cls(BUILTIN_TOOLS)
         if load_entry_points:
             for ep in entry_points(group=ENTRY_POINT_GROUP):
-                try:
-                    loaded = ep.load()
-                    obj = loaded() if callable(loaded) and not isinstance(loaded, Tool) else loaded
-                    items = [obj] if isinstance(obj, Tool) else list(obj)
-                    for t in items:
-                        reg.add(t)
-                except Exception as e:
-                    raise RuntimeError(
-                        f"tool entry point {ep.name!r} ({ep.value}) failed to load: {e}"
-                    ) from e
+                reg._load(f"tool entry point {ep.name!r} ({ep.value})", ep.load)
+        for spec in filter(None, (m.strip() for m in modules.split(","))):
+            reg._load(f"tool module {spec!r}", functools.partial(_import_attr, spec))
         return reg
+
+    def _load(self, what: str, load: Callable[[], object]) -> None:
+        try:
+            obj = load()
+            if callable(obj) and not isinstance(obj, Tool):
+                obj = obj()
+            items = [obj] if isinstance(obj, Tool) else list(obj)  # type: ignore[call-overload]
+            for t in items:
+                if not isinstance(t, Tool):
+                    raise TypeError(f"{t!r} is not a hango_worker.tool.Tool")
+                self.add(t)
+        except Exception as e:
+            raise ToolLoadError(f"{what} failed to load: {e}") from e
+
+
+class ToolLoadError(RuntimeError):
+    pass
+
+
+def _import_attr(spec: str) -> object:
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError("expected 'package.module:attribute'")
+    return getattr(importlib.import_module(module), attr)
 
 
 class View:

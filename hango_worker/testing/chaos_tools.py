@@ -1,0 +1,99 @@
+"""Tools for crash tests: each real execution is recorded in a side table.
+
+Load them into a worker with HANGO_TOOL_MODULES=hango_worker.testing.chaos_tools:TOOLS.
+They write to `chaos_exec` in the worker's own database (HANGO_DATABASE_URL),
+so a test can count real executions and compare them with `tool_calls`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any
+
+import asyncpg
+
+from hango_worker.tool.types import Tool, ToolContext, ToolResult
+
+CREATE = """
+CREATE TABLE IF NOT EXISTS chaos_exec (
+    id bigserial PRIMARY KEY,
+    run_id uuid NOT NULL,
+    tool_use_id text NOT NULL,
+    tool text NOT NULL,
+    pid int NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+_pool: asyncpg.Pool | None = None
+
+
+async def _db() -> asyncpg.Pool:
+    global _pool
+    if _pool is None:
+        _pool = await asyncpg.create_pool(os.environ["HANGO_DATABASE_URL"], min_size=1, max_size=4)
+    return _pool
+
+
+async def ensure_table(conn: asyncpg.Connection | asyncpg.Pool) -> None:
+    await conn.execute(CREATE)
+
+
+async def _record(tool: str, ctx: ToolContext) -> None:
+    pool = await _db()
+    await pool.execute(
+        "INSERT INTO chaos_exec (run_id, tool_use_id, tool, pid) VALUES ($1, $2, $3, $4)",
+        ctx.run_id,
+        ctx.tool_use_id,
+        tool,
+        os.getpid(),
+    )
+
+
+def _step_tool(name: str, idempotent: bool) -> Tool:
+    async def step(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await _record(name, ctx)
+        await asyncio.sleep(random.uniform(0, float(args.get("max_sleep_s", 0.05))))
+        return ToolResult(f"step {args['n']} done")
+
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "max_sleep_s": {"type": "number"}},
+        "required": ["n"],
+    }
+    return Tool(name, "Does step n (records each real execution).", schema, step, idempotent)
+
+
+async def _pause(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Records its execution, then sleeps: a window for a test to stop the worker."""
+    await _record("pause", ctx)
+    await asyncio.sleep(float(args.get("seconds", 1.0)))
+    return ToolResult("paused")
+
+
+TOOLS = [
+    _step_tool("step", idempotent=True),
+    _step_tool("step_once", idempotent=False),
+    Tool(
+        "pause",
+        "Sleeps.",
+        {"type": "object", "properties": {"seconds": {"type": "number"}}},
+        _pause,
+        idempotent=True,
+    ),
+]
+
+
+def script(turns: int, tool: str = "step", max_sleep_s: float = 0.05) -> list[dict[str, Any]]:
+    """`turns` tool-calling turns, then a final answer."""
+    out: list[dict[str, Any]] = [
+        {
+            "text": f"Turn {i}.",
+            "tool_calls": [{"name": tool, "input": {"n": i, "max_sleep_s": max_sleep_s}}],
+        }
+        for i in range(turns)
+    ]
+    out.append({"text": "All steps done."})
+    return out

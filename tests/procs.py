@@ -1,0 +1,97 @@
+"""Worker processes for crash tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from hango_worker.testing.chaos_tools import ensure_table, script
+from tests.worker_helpers import enqueue, make_agent
+
+
+def worker_env(dsn: str, script_path: Path, **over: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "HANGO_DATABASE_URL": dsn,
+        "HANGO_MODEL_PROVIDER": "scripted",
+        "HANGO_SCRIPT": str(script_path),
+        "HANGO_TOOL_MODULES": "hango_worker.testing.chaos_tools:TOOLS",
+        "HANGO_LEASE_S": "2",
+        "HANGO_POLL_INTERVAL_S": "0.2",
+        "HANGO_MAX_ATTEMPTS": "50",
+        "HANGO_WORKER_CONCURRENCY": "4",
+        "HANGO_METRICS_PORT": "0",
+        "HANGO_LOG_LEVEL": "WARNING",
+        "HANGO_SHUTDOWN_GRACE_S": "10",
+    }
+    env.update(over)
+    return env
+
+
+async def start_worker(
+    env: dict[str, str], *, until_idle: bool = False
+) -> asyncio.subprocess.Process:
+    args = ["-m", "hango_worker.cli", "run"] + (["--until-idle"] if until_idle else [])
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def setup_runs(
+    pool: asyncpg.Pool, tmp: Path, n: int, turns: int, tool: str = "step", max_sleep_s: float = 0.05
+) -> tuple[Path, list[str]]:
+    await ensure_table(pool)
+    path = tmp / "script.json"
+    path.write_text(json.dumps(script(turns, tool, max_sleep_s)))
+    await make_agent(pool, tools=[tool, "pause"])
+    ids = [await enqueue(pool, "do the steps") for _ in range(n)]
+    return path, ids
+
+
+async def wait_all_finished(pool: asyncpg.Pool, ids: list[str], timeout: float) -> list[Any]:
+    async with asyncio.timeout(timeout):
+        while True:
+            rows = await pool.fetch(
+                "SELECT id::text, status FROM runs WHERE id = ANY($1::uuid[])", ids
+            )
+            if all(r["status"] in ("succeeded", "failed", "cancelled") for r in rows):
+                return rows
+            await asyncio.sleep(0.2)
+
+
+async def transcript(pool: asyncpg.Pool, run_id: str) -> list[Any]:
+    rows = await pool.fetch(
+        "SELECT m.role, m.content FROM messages m JOIN runs r ON r.session_id = m.session_id "
+        "WHERE r.id = $1 ORDER BY m.seq",
+        run_id,
+    )
+    return [(r["role"], r["content"]) for r in rows]
+
+
+async def executed_after_recorded(pool: asyncpg.Pool) -> int:
+    """Real executions that started after the call's result was already recorded."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM chaos_exec e JOIN tool_calls t "
+            "ON t.run_id = e.run_id AND t.tool_use_id = e.tool_use_id WHERE e.started_at > t.created_at"
+        )
+    )
+
+
+async def attempts_shared_by_workers(pool: asyncpg.Pool) -> int:
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM (SELECT run_id, attempt FROM run_events GROUP BY 1, 2 "
+            "HAVING count(DISTINCT worker_id) > 1) x"
+        )
+    )
