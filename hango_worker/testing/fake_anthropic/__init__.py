@@ -1,0 +1,122 @@
+"""FakeAnthropic: a local server speaking the Anthropic Messages API, for offline tests.
+
+Point the real `anthropic` SDK at it (``base_url=fake.base_url`` or
+``ANTHROPIC_BASE_URL``)::
+
+    with FakeAnthropic([{"text": "Hello!"}]) as fake:          # a thread: any event loop
+        client = anthropic.AsyncAnthropic(api_key="test", base_url=fake.base_url)
+        ...
+        assert fake.requests[0].body["messages"][0]["role"] == "user"
+
+    async with FakeAnthropic(script) as fake:                   # on the running loop
+        ...
+
+It listens on 127.0.0.1 (by default) and serves ``POST /v1/messages``: streaming
+(SSE frames ``event: <type>\\ndata: <json>\\n\\n``, with ``ping`` frames, in
+the order the API uses) and non-streaming. It accepts the key as
+``x-api-key`` or ``Authorization: Bearer`` (any key, unless ``api_key=`` is
+given: then another key gets a 401), and records every request it receives
+(`requests`: body and headers).
+
+**Script.** A list of turns in the scripted model's format (`ScriptedTurn`:
+``text``, ``tool_calls``, ``thinking``, ``stop_reason``, ``usage``,
+``delay_s``, ``error``) plus ``faults``, ``chunk_delay_s`` and
+``stop_sequence``. As in the scripted model, turn N answers a request whose
+history holds N assistant messages, and tool_use ids are
+``toolu_s{N:04d}_{j}``, so the same script gives the same transcript through
+either model. ``"stop_reason": "max_tokens"`` on a turn that ends with a
+tool call cuts that call's JSON arguments in half, as a real cut-off does. A
+request past the end of the script gets a 400 saying so. Instead of a list,
+``handler=`` takes a function of the `RecordedRequest` (sync or async)
+returning a turn or a fault (dicts work).
+
+**Faults.** ``{"fault": K, "times": 1, "retry_after": s, "message": m}``
+where K is ``"429"`` (rate_limit_error, with ``retry-after``, default 1 s),
+``"529"`` (overloaded_error), ``"500"`` (api_error), any other HTTP error
+status (``"400"``, ``"401"``, ``"403"``, ``"404"``, ``"413"``, …),
+``"drop"`` (the connection is closed without a response),
+``"midstream_overloaded"`` (the stream starts, then an ``error`` event with
+``overloaded_error``) or ``"midstream_drop"`` (the stream starts, then the
+connection is cut). Faults are served to the first attempts of a turn: give
+them in the turn (``"faults": [...]``) or as entries of their own just before
+it in the list. ``fake.inject(...)`` queues faults for the next requests,
+whatever the turn. Slow streams: ``chunk_delay_s`` (per turn or for the whole
+server) sleeps before every SSE frame.
+
+**Validation,** with the real API's messages: empty ``messages``; a
+``tool_use`` not answered by ``tool_result`` blocks first in the next user
+message; a ``tool_result`` with no ``tool_use`` in the previous message;
+more than 4 ``cache_control`` blocks; missing ``model``/``max_tokens``/
+``anthropic-version``. Each gives a 400 ``invalid_request_error``.
+
+**Prompt cache,** reported truthfully: the prefix (tools, then system, then
+messages, per model) up to each ``cache_control`` breakpoint is hashed; a
+prefix seen before (looking back up to 20 blocks from each breakpoint, within
+its TTL: 5 min, or 1 h with ``"ttl": "1h"``) is read
+(``cache_read_input_tokens``), the rest up to the last breakpoint is written
+(``cache_creation_input_tokens``). Tokens are approximated as characters // 4;
+prefixes shorter than ``min_cacheable_tokens`` (default 1024, like the real
+models) are not cached.
+
+**CLI.** ``hango-worker fake-anthropic --port P --script FILE`` serves a script
+file until SIGINT/SIGTERM: `serve_forever(port, script_path)` (blocking, its own
+loop) or `serve_script(...)` (a coroutine, on the running loop); `main(argv)` is
+the whole command, also as ``python -m hango_worker.testing.fake_anthropic``.
+
+**Modules:** `script` (turns, faults, `RecordedRequest`), `validate`, `cache`,
+`sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
+(`FakeAnthropic`), `cli`. Everything is re-exported here.
+"""
+
+from hango_worker.provider.scripted import ScriptError
+from hango_worker.testing.fake_anthropic.cache import (
+    CACHE_LOOKBACK_BLOCKS,
+    DEFAULT_MIN_CACHEABLE_TOKENS,
+    CacheUsage,
+    PromptCache,
+)
+from hango_worker.testing.fake_anthropic.cli import main, serve_forever, serve_script
+from hango_worker.testing.fake_anthropic.script import (
+    STATUS_BY_TYPE,
+    TYPE_BY_STATUS,
+    FakeTurn,
+    Fault,
+    RecordedRequest,
+    load_fake_script,
+    parse_fake_script,
+)
+from hango_worker.testing.fake_anthropic.server import MESSAGES_PATH, FakeAnthropic, Handler
+from hango_worker.testing.fake_anthropic.sse import build_answer, stream_frames
+from hango_worker.testing.fake_anthropic.validate import (
+    MAX_CACHE_BREAKPOINTS,
+    ApiError,
+    check_tool_pairing,
+    validate_request,
+)
+
+__all__ = [
+    "CACHE_LOOKBACK_BLOCKS",
+    "DEFAULT_MIN_CACHEABLE_TOKENS",
+    "MAX_CACHE_BREAKPOINTS",
+    "MESSAGES_PATH",
+    "STATUS_BY_TYPE",
+    "TYPE_BY_STATUS",
+    "ApiError",
+    "CacheUsage",
+    "FakeAnthropic",
+    "FakeTurn",
+    "Fault",
+    "Handler",
+    "PromptCache",
+    "RecordedRequest",
+    "ScriptError",
+    "build_answer",
+    "check_tool_pairing",
+    "load_fake_script",
+    "main",
+    "parse_fake_script",
+    "serve_forever",
+    "serve_script",
+    "stream_frames",
+    "validate_request",
+]

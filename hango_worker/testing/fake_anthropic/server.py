@@ -1,0 +1,345 @@
+"""FakeAnthropic: the server (lifecycle, control, serving one request)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hango_worker.provider.scripted import ScriptedTurn
+from hango_worker.testing.fake_anthropic.cache import (
+    DEFAULT_MIN_CACHEABLE_TOKENS,
+    CacheUsage,
+    PromptCache,
+)
+from hango_worker.testing.fake_anthropic.script import (
+    DEFAULT_MESSAGES,
+    TYPE_BY_STATUS,
+    FakeTurn,
+    Fault,
+    RecordedRequest,
+    as_entry,
+    parse_fake_script,
+)
+from hango_worker.testing.fake_anthropic.sse import (
+    Frame,
+    build_answer,
+    error_body,
+    http_chunk,
+    sse_frame,
+    stream_frames,
+)
+from hango_worker.testing.fake_anthropic.validate import ApiError, validate_request
+from hango_worker.testing.fake_anthropic.wire import (
+    HttpRequest,
+    json_response,
+    read_request,
+    response_head,
+)
+
+MESSAGES_PATH = "/v1/messages"
+
+Handler = Callable[[RecordedRequest], Any]
+
+
+class FakeAnthropic:
+    """The fake Messages API server. See the `hango_worker.testing.fake_anthropic` docstring."""
+
+    def __init__(
+        self,
+        script: Sequence[FakeTurn | Fault | ScriptedTurn | dict[str, Any]] | None = None,
+        *,
+        handler: Handler | None = None,
+        api_key: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        chunk_delay_s: float = 0.0,
+        min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
+    ) -> None:
+        if (script is None) == (handler is None):
+            raise ValueError("give FakeAnthropic either a script or a handler")
+        self.turns = parse_fake_script(list(script)) if script is not None else []
+        self.handler = handler
+        self.api_key = api_key
+        self.host = host
+        self.chunk_delay_s = chunk_delay_s
+        self.cache = PromptCache(min_cacheable_tokens)
+        self.requests: list[RecordedRequest] = []
+        self._port = port
+        self._injected: list[Fault] = []
+        self._attempts: dict[int, int] = {}
+        self._ids = itertools.count(1)
+        self._server: asyncio.Server | None = None
+        self._conns: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """What to give the SDK as `base_url` / ANTHROPIC_BASE_URL (no `/v1`)."""
+        return f"http://{self.host}:{self._port}"
+
+    async def astart(self) -> FakeAnthropic:
+        """Serve on the running event loop."""
+        self._server = await asyncio.start_server(self._on_connection, self.host, self._port)
+        self._port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def aclose(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for writer in list(self._conns.values()):
+            writer.transport.abort()  # ends the connection task (no cancel: see 3.11 streams)
+        await asyncio.gather(*self._conns, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    def start(self) -> FakeAnthropic:
+        """Serve from a thread with its own event loop (works beside any loop)."""
+        loop = asyncio.new_event_loop()
+        started: list[BaseException | None] = []
+        ready = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.astart())
+                started.append(None)
+            except BaseException as e:
+                started.append(e)
+            ready.set()
+            if started[0] is None:
+                loop.run_forever()
+                loop.run_until_complete(self.aclose())
+            loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="fake-anthropic", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if started[0] is not None:
+            raise started[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop = self._thread = None
+
+    def __enter__(self) -> FakeAnthropic:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> FakeAnthropic:
+        return await self.astart()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- control ---------------------------------------------------------------------------
+
+    def inject(self, fault: Fault | dict[str, Any] | str | int, **options: Any) -> None:
+        """Serve `fault` to the next request(s), before anything the script says."""
+        f = fault if isinstance(fault, Fault) else _as_fault(fault, options)
+        self._injected.extend([f] * f.times)
+
+    def load(self, script: Sequence[FakeTurn | Fault | ScriptedTurn | dict[str, Any]]) -> None:
+        """Play another script from now on (attempt counters start again)."""
+        self.turns = parse_fake_script(list(script))
+        self._attempts.clear()
+
+    def clear(self) -> None:
+        """Forget the recorded requests."""
+        self.requests.clear()
+
+    # -- serving ---------------------------------------------------------------------------
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns[task] = writer
+        try:
+            while True:
+                req = await read_request(reader)
+                if req is None or not await self._serve(req, writer):
+                    break
+                if req.headers.get("connection", "").lower() == "close":
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            self._conns.pop(task, None)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, req: HttpRequest, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; False when the connection must be closed."""
+        rid = f"req_fake_{next(self._ids):06d}"
+        try:
+            body = json.loads(req.body) if req.body else None
+        except ValueError:
+            body = None
+        rec = RecordedRequest(req.method, req.path, dict(req.headers), body)
+        self.requests.append(rec)
+        if req.method != "POST" or req.path.rstrip("/") != MESSAGES_PATH:
+            err = ApiError(404, "not_found_error", f"Not found: {req.method} {req.path}")
+            return await self._send_error(writer, err, rid)
+        try:
+            self._authenticate(rec)
+            validate_request(body, rec.headers)
+            outcome = await self._pick(rec)
+        except ApiError as e:
+            return await self._send_error(writer, e, rid)
+        if isinstance(outcome, Fault):
+            return await self._fault(writer, outcome, rec, rid)
+        turn, index = outcome
+        if turn.delay_s:
+            await asyncio.sleep(turn.delay_s)
+        answer = build_answer(turn, index, rec.body, self.cache.account(rec.body))
+        answer.message["id"] = f"msg_fake_{rid[9:]}"
+        if not rec.body.get("stream"):
+            writer.write(json_response(200, answer.message, {"request-id": rid}))
+            await writer.drain()
+            return True
+        await self._stream(writer, stream_frames(answer), rid, answer.chunk_delay_s)
+        return True
+
+    def _authenticate(self, rec: RecordedRequest) -> None:
+        key = rec.api_key
+        if not key:
+            raise ApiError(401, "authentication_error", "x-api-key header is required")
+        if self.api_key is not None and key != self.api_key:
+            raise ApiError(401, "authentication_error", "invalid x-api-key")
+
+    async def _pick(self, rec: RecordedRequest) -> Fault | tuple[FakeTurn, int]:
+        if self._injected:
+            return self._injected.pop(0)
+        index = rec.turn_index
+        if self.handler is not None:
+            try:
+                out = self.handler(rec)
+                if inspect.isawaitable(out):
+                    out = await out
+                entry = as_entry(out)
+            except Exception as e:
+                raise ApiError(500, "api_error", f"fake-anthropic handler failed: {e!r}") from e
+            return entry if isinstance(entry, Fault) else (entry, index)
+        if index >= len(self.turns):
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"fake-anthropic: the script has no turn {index + 1} (it has {len(self.turns)})",
+            )
+        turn = self.turns[index]
+        attempt = self._attempts.get(index, 0)
+        self._attempts[index] = attempt + 1
+        faults = turn.all_faults()
+        return faults[attempt] if attempt < len(faults) else (turn, index)
+
+    async def _send_error(self, writer: asyncio.StreamWriter, e: ApiError, rid: str) -> bool:
+        headers = {"request-id": rid}
+        writer.write(json_response(e.status, error_body(e.type, e.message, rid), headers))
+        await writer.drain()
+        return True
+
+    async def _fault(
+        self, writer: asyncio.StreamWriter, fault: Fault, rec: RecordedRequest, rid: str
+    ) -> bool:
+        if fault.fault == "drop":
+            return False
+        status = fault.status
+        if status is None:  # a mid-stream fault
+            await self._midstream(writer, fault, rec, rid)
+            return fault.fault != "midstream_drop"
+        etype = fault.type or TYPE_BY_STATUS.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
+        message = fault.message or DEFAULT_MESSAGES.get(
+            status, f"fake-anthropic: injected {status}"
+        )
+        headers = {"request-id": rid}
+        if status == 429 or fault.retry_after is not None:
+            headers["retry-after"] = _fmt_seconds(
+                1.0 if fault.retry_after is None else fault.retry_after
+            )
+        if status == 529:
+            headers["x-should-retry"] = "true"
+        writer.write(json_response(status, error_body(etype, message, rid), headers))
+        await writer.drain()
+        return True
+
+    async def _midstream(
+        self, writer: asyncio.StreamWriter, fault: Fault, rec: RecordedRequest, rid: str
+    ) -> None:
+        """Start a real stream (the next turn's), then fail after its first content delta."""
+        index = rec.turn_index
+        turn = self.turns[index] if index < len(self.turns) else FakeTurn(text="Partial answer")
+        answer = build_answer(
+            turn, index, rec.body if isinstance(rec.body, dict) else {}, CacheUsage(0)
+        )
+        answer.message["id"] = f"msg_fake_{rid[9:]}"
+        frames = stream_frames(answer)
+        first_delta = next((i for i, f in enumerate(frames) if f[0] == "content_block_delta"), 1)
+        frames = frames[: first_delta + 1]
+        if fault.fault == "midstream_overloaded":
+            err = error_body(fault.type or "overloaded_error", fault.message or "Overloaded", rid)
+            frames.append(("error", err))
+        await self._stream(
+            writer, frames, rid, self.chunk_delay_s, finish=fault.fault != "midstream_drop"
+        )
+
+    async def _stream(
+        self,
+        writer: asyncio.StreamWriter,
+        frames: list[Frame],
+        rid: str,
+        delay_s: float,
+        *,
+        finish: bool = True,
+    ) -> None:
+        headers = {
+            "content-type": "text/event-stream; charset=utf-8",
+            "cache-control": "no-cache",
+            "transfer-encoding": "chunked",
+            "request-id": rid,
+        }
+        writer.write(response_head(200, headers))
+        delay = delay_s or self.chunk_delay_s
+        if delay:
+            for frame in frames:
+                await asyncio.sleep(delay)
+                writer.write(http_chunk(sse_frame(frame)))
+                await writer.drain()
+        else:
+            writer.write(http_chunk(b"".join(sse_frame(f) for f in frames)))
+        if finish:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+def _fmt_seconds(s: float) -> str:
+    return str(int(s)) if float(s).is_integer() else repr(float(s))
+
+
+def _as_fault(fault: dict[str, Any] | str | int, options: dict[str, Any]) -> Fault:
+    if isinstance(fault, dict):
+        return Fault.model_validate({**fault, **options})
+    return Fault.model_validate({"fault": str(fault), **options})

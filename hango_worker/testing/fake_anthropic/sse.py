@@ -1,0 +1,178 @@
+"""Responses: a turn made into the message JSON, its SSE frames, and error bodies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from hango_worker.testing.fake_anthropic.cache import CacheUsage
+from hango_worker.testing.fake_anthropic.script import FakeTurn
+
+
+def _word_chunks(text: str) -> list[str]:
+    out: list[str] = []
+    start = 0
+    for i, ch in enumerate(text):
+        if ch == " " and i > start:
+            out.append(text[start:i])
+            start = i
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
+def _json_chunks(raw: str, size: int = 24) -> list[str]:
+    return [""] + [raw[i : i + size] for i in range(0, len(raw), size)]
+
+
+@dataclass(slots=True)
+class Answer:
+    """A turn made concrete: the message JSON plus what only the stream shows."""
+
+    message: dict[str, Any]
+    cut_json: str | None = None  # the truncated arguments of the last tool_use (max_tokens)
+    chunk_delay_s: float = 0.0
+
+
+def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheUsage) -> Answer:
+    content: list[dict[str, Any]] = []
+    if turn.thinking is not None:
+        content.append(
+            {"type": "thinking", "thinking": turn.thinking, "signature": f"scripted-{index}"}
+        )
+    if turn.text:
+        content.append({"type": "text", "text": turn.text})
+    for j, call in enumerate(turn.tool_calls):
+        tid = call.id or f"toolu_s{index:04d}_{j}"
+        content.append({"type": "tool_use", "id": tid, "name": call.name, "input": call.input})
+    stop = str(turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn"))
+    cut: str | None = None
+    if stop == "max_tokens" and content and content[-1]["type"] == "tool_use":
+        full = json.dumps(content[-1]["input"])
+        cut = full[: max(1, len(full) // 2)]
+        content[-1]["input"] = {}
+    out_chars = sum(_output_chars(b) for b in content)
+    counts = {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": max(1, out_chars // 4),
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+    }
+    counts.update(turn.usage or {})
+    message = {
+        "id": "",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model"),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": _stop_sequence(turn, stop, body),
+        "usage": {**counts, "cache_creation": _creation(counts, usage), "service_tier": "standard"},
+    }
+    return Answer(message=message, cut_json=cut, chunk_delay_s=turn.chunk_delay_s)
+
+
+def _output_chars(block: dict[str, Any]) -> int:
+    if block["type"] == "tool_use":
+        return len(block["name"]) + len(json.dumps(block["input"]))
+    return len(block.get("text") or block.get("thinking") or "")
+
+
+def _stop_sequence(turn: FakeTurn, stop: str, body: dict[str, Any]) -> str | None:
+    if stop != "stop_sequence":
+        return None
+    given = body.get("stop_sequences") or []
+    return turn.stop_sequence or (str(given[0]) if given else "STOP")
+
+
+def _creation(counts: dict[str, int], usage: CacheUsage) -> dict[str, int]:
+    n = counts["cache_creation_input_tokens"]
+    one_hour = usage.creation_ttl == "1h"
+    return {
+        "ephemeral_5m_input_tokens": 0 if one_hour else n,
+        "ephemeral_1h_input_tokens": n if one_hour else 0,
+    }
+
+
+Frame = tuple[str, dict[str, Any]]
+
+
+def _block_frames(i: int, block: dict[str, Any], cut_json: str | None) -> list[Frame]:
+    kind = block["type"]
+    deltas: list[dict[str, Any]]
+    if kind == "text":
+        start: dict[str, Any] = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": t} for t in _word_chunks(block["text"])]
+    elif kind == "thinking":
+        start = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [
+            {"type": "thinking_delta", "thinking": t} for t in _word_chunks(block["thinking"])
+        ]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    else:
+        start = {**block, "input": {}}
+        raw = cut_json if cut_json is not None else json.dumps(block["input"])
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in _json_chunks(raw)]
+    frames: list[Frame] = [
+        ("content_block_start", {"type": "content_block_start", "index": i, "content_block": start})
+    ]
+    frames += [
+        ("content_block_delta", {"type": "content_block_delta", "index": i, "delta": d})
+        for d in deltas
+    ]
+    frames.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    return frames
+
+
+def stream_frames(answer: Answer) -> list[Frame]:
+    """The SSE frames of a message, in the API's order, with pings."""
+    msg = answer.message
+    usage = msg["usage"]
+    head = {**msg, "content": [], "stop_reason": None, "stop_sequence": None}
+    head["usage"] = {**usage, "output_tokens": 1}
+    frames: list[Frame] = [
+        ("message_start", {"type": "message_start", "message": head}),
+        ("ping", {"type": "ping"}),
+    ]
+    last = len(msg["content"]) - 1
+    for i, block in enumerate(msg["content"]):
+        frames += _block_frames(i, block, answer.cut_json if i == last else None)
+    frames.append(("ping", {"type": "ping"}))
+    delta_usage = {
+        k: usage[k]
+        for k in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "output_tokens",
+        )
+    }
+    frames.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": msg["stop_sequence"]},
+                "usage": delta_usage,
+            },
+        )
+    )
+    frames.append(("message_stop", {"type": "message_stop"}))
+    return frames
+
+
+def sse_frame(frame: Frame) -> bytes:
+    return f"event: {frame[0]}\ndata: {json.dumps(frame[1])}\n\n".encode()
+
+
+def http_chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def error_body(err_type: str, message: str, request_id: str) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"type": err_type, "message": message},
+        "request_id": request_id,
+    }
