@@ -92,10 +92,12 @@ class LiveView:
         self.p = p
         self.run_id = run_id  # only this run (None: every run)
         self.streaming = False
+        self.deltas = 0
 
     def delta(self, run_id: str, text: str) -> None:
         if self.run_id is not None and run_id != self.run_id:
             return
+        self.deltas += 1
         if not self.streaming:
             self.p.raw(self.p("assistant", BOLD, CYAN) + ": ")
             self.streaming = True

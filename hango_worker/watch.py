@@ -1,14 +1,18 @@
-"""Following a run live: its events as they are written, until it ends."""
+"""Following a run live from any process: its events as they are committed, and the
+model's text as it streams (batched NOTIFYs on `hango_text`), until the run ends."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from typing import Any
 
 import asyncpg
 
 from hango_worker.render import LiveView
-from hango_worker.store import repo
+from hango_worker.store import db, repo
+from hango_worker.store.sql import TEXT_CHANNEL
 
 FINISHED = ("succeeded", "failed", "cancelled")
 
@@ -25,15 +29,31 @@ async def watch(
 ) -> dict[str, Any]:
     """Print each event of the run as it lands; returns the finished run."""
     await repo.get_run(pool, tenant_id, run_id)  # NotFound for a bad id / other tenant
+    listener = await db.connect(dsn)
+
+    def on_text(conn: object, pid: int, channel: str, payload: str) -> None:
+        with contextlib.suppress(ValueError, KeyError):
+            msg = json.loads(payload)
+            if msg["run_id"] == run_id:
+                view.delta(run_id, msg["text"])
+
+    await listener.add_listener(TEXT_CHANNEL, on_text)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _follow(pool, tenant_id, run_id, view, poll_s)
+    finally:
+        await listener.close()
+
+
+async def _follow(
+    pool: asyncpg.Pool, tenant_id: str, run_id: str, view: LiveView, poll_s: float
+) -> dict[str, Any]:
     seen = 0
-    async with asyncio.timeout(timeout_s):
-        while True:
-            for e in await repo.run_events(pool, run_id, after=seen):
-                view.event(e)
-                seen = e["seq"]
-            run = await repo.get_run(pool, tenant_id, run_id)
-            if run["status"] in FINISHED:
-                for e in await repo.run_events(pool, run_id, after=seen):
-                    view.event(e)
-                return run
-            await asyncio.sleep(poll_s)
+    while True:
+        run = await repo.get_run(pool, tenant_id, run_id)
+        for e in await repo.run_events(pool, run_id, after=seen):
+            view.event(e)
+            seen = e["seq"]
+        if run["status"] in FINISHED:
+            return run
+        await asyncio.sleep(poll_s)

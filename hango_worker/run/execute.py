@@ -20,6 +20,7 @@ from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
 from hango_worker.run.io import Claim, PgRunIO
+from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import ToolResult
@@ -108,6 +109,7 @@ class RunDeps:
     provider: Provider
     worker_id: str
     observer: RunObserver | None = None
+    text: TextPublisher | None = None
 
 
 async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) -> Outcome | None:
@@ -183,7 +185,14 @@ def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> Ag
         provider_name=deps.provider.name,
         capture_content=s.capture_content,
     )
-    on_text = (lambda d: obs.delta(run_id, d)) if obs else None
+    pub = deps.text
+
+    def on_text(delta: str) -> None:
+        if obs is not None:
+            obs.delta(run_id, delta)
+        if pub is not None:
+            pub.add(run_id, delta)
+
     return AgentLoop(
         agent, chain, deps.registry.view(agent.tools), deps.provider, io, settings, on_text
     )

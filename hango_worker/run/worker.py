@@ -20,6 +20,7 @@ from hango_worker.agent.ports import Fenced
 from hango_worker.run.execute import RunDeps, execute
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO
 from hango_worker.run.listener import Listener
+from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
 
@@ -59,6 +60,9 @@ class Worker:
 
     async def run(self, *, until_idle: bool = False) -> WorkerStats:
         self._listener.start()
+        if self.deps.text is None:
+            self.deps.text = TextPublisher(self.deps.pool)
+        self.deps.text.start()
         self._background = [
             asyncio.create_task(self._heartbeat_loop(), name="hango-heartbeat"),
             asyncio.create_task(self._sweep_loop(), name="hango-sweep"),
@@ -74,6 +78,7 @@ class Worker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
             await self._listener.stop()
+            await self.deps.text.stop()
             self._stopped.set()
         return self.stats
 

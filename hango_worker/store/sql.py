@@ -10,6 +10,7 @@ cancel was requested, so a cancel is seen at the very next write.
 
 NOTIFY_CHANNEL = "hango_runs"
 CANCEL_CHANNEL = "hango_cancel"
+TEXT_CHANNEL = "hango_text"
 
 CLAIM = """
 WITH picked AS (

@@ -1,0 +1,61 @@
+"""Live text for `runs watch` in other processes: deltas batched into NOTIFYs.
+
+Per delta the worker only appends to an in-memory buffer; a flush task sends
+what accumulated, at most every `interval_s`, one `pg_notify` per run — never
+a row per delta, never work in the middleware chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+
+import asyncpg
+
+from hango_worker.store.sql import NOTIFY, TEXT_CHANNEL
+
+log = logging.getLogger(__name__)
+
+MAX_PAYLOAD = 7000  # NOTIFY payloads must stay under 8000 bytes
+
+
+class TextPublisher:
+    def __init__(self, pool: asyncpg.Pool, interval_s: float = 0.2) -> None:
+        self.pool = pool
+        self.interval_s = interval_s
+        self._buf: dict[str, list[str]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, run_id: str, text: str) -> None:
+        self._buf.setdefault(run_id, []).append(text)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="hango-text-publisher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.flush()
+            except Exception as e:  # live text is best effort; the events are the record
+                log.debug("text publish failed: %s", e)
+
+    async def flush(self) -> None:
+        if not self._buf:
+            return
+        buf, self._buf = self._buf, {}
+        for run_id, parts in buf.items():
+            text = "".join(parts)
+            for i in range(0, len(text), MAX_PAYLOAD // 4):
+                payload = json.dumps({"run_id": run_id, "text": text[i : i + MAX_PAYLOAD // 4]})
+                await self.pool.execute(NOTIFY, TEXT_CHANNEL, payload)
