@@ -86,22 +86,33 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
 
 
 class LiveView:
-    """Prints a run as it happens: streamed text, tool calls and results, the end."""
+    """Prints a run as it happens: streamed text, tool calls and results, the end.
+
+    Text arrives twice: streamed (deltas, possibly late and batched) and in each
+    committed `model_message` event. `printed` counts the run's assistant text
+    already shown, so each character is printed once whichever arrives first."""
 
     def __init__(self, p: Painter, run_id: str | None = None) -> None:
         self.p = p
         self.run_id = run_id  # only this run (None: every run)
         self.streaming = False
         self.deltas = 0
+        self.printed = 0  # characters of assistant text shown
+        self.committed = 0  # characters of assistant text in events seen so far
 
-    def delta(self, run_id: str, text: str) -> None:
+    def delta(self, run_id: str, text: str, offset: int | None = None) -> None:
         if self.run_id is not None and run_id != self.run_id:
             return
         self.deltas += 1
+        start = self.printed if offset is None else offset
+        new = text[max(0, self.printed - start) :]
+        if not new or start > self.printed:
+            return
         if not self.streaming:
             self.p.raw(self.p("assistant", BOLD, CYAN) + ": ")
             self.streaming = True
-        self.p.raw(text)
+        self.p.raw(new)
+        self.printed += len(new)
 
     def events(self, run_id: str, events: list[dict[str, Any]]) -> None:
         if self.run_id is not None and run_id != self.run_id:
@@ -112,16 +123,7 @@ class LiveView:
     def event(self, e: dict[str, Any]) -> None:
         kind, payload = e["type"], e.get("payload") or {}
         if kind == "model_message":
-            if self.streaming:
-                self.p.line()
-                self.streaming = False
-            else:
-                for b in payload.get("message", {}).get("content", []):
-                    if b.get("type") == "text":
-                        self.p.line(block_lines(self.p, "assistant", b)[0])
-            for b in payload.get("message", {}).get("content", []):
-                if b.get("type") == "tool_use":
-                    self.p.line(block_lines(self.p, "assistant", b)[0])
+            self._message(payload.get("message", {}).get("content", []))
         elif kind == "tool_result":
             block = {"type": "tool_result", **payload}
             self.p.line(block_lines(self.p, "user", block)[0])
@@ -129,3 +131,16 @@ class LiveView:
             self.p.line(self.p(f"— attempt {payload.get('attempt')} started —", DIM))
         elif kind == "run_finished":
             self.p.line(self.p(f"— run finished: {payload.get('status')} —", BOLD))
+
+    def _message(self, content: list[dict[str, Any]]) -> None:
+        text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+        start = self.committed
+        self.committed += len(text)
+        if text:
+            self.delta(self.run_id or "", text, offset=start)
+        if self.streaming:
+            self.p.line()
+            self.streaming = False
+        for b in content:
+            if b.get("type") == "tool_use":
+                self.p.line(block_lines(self.p, "assistant", b)[0])

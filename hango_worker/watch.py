@@ -35,7 +35,7 @@ async def watch(
         with contextlib.suppress(ValueError, KeyError):
             msg = json.loads(payload)
             if msg["run_id"] == run_id:
-                view.delta(run_id, msg["text"])
+                view.delta(run_id, msg["text"], offset=int(msg["offset"]))
 
     await listener.add_listener(TEXT_CHANNEL, on_text)
     try:

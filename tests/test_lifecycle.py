@@ -231,13 +231,14 @@ async def test_watch_follows_events_and_streamed_text(pool: asyncpg.Pool, dsn: s
     provider.chunk_delay_s = 0.05
     from hango_worker.tool.registry import Registry
 
+    view = LiveView(Painter(out))
     watcher = asyncio.create_task(
         watch(
             pool,
             dsn,
             repo.DEFAULT_TENANT_ID,
             run_id,
-            LiveView(Painter(out)),
+            view,
             poll_s=0.05,
             timeout_s=30,
         )

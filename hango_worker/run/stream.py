@@ -2,7 +2,9 @@
 
 Per delta the worker only appends to an in-memory buffer; a flush task sends
 what accumulated, at most every `interval_s`, one `pg_notify` per run — never
-a row per delta, never work in the middleware chain.
+a row per delta, never work in the middleware chain. Each chunk carries its
+character offset in the run's text, so a watcher can merge late chunks with
+the committed `model_message` events without printing anything twice.
 """
 
 from __future__ import annotations
@@ -26,10 +28,16 @@ class TextPublisher:
         self.pool = pool
         self.interval_s = interval_s
         self._buf: dict[str, list[str]] = {}
+        self._sent: dict[str, int] = {}  # characters of the run's text already published
+        self._done: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
     def add(self, run_id: str, text: str) -> None:
         self._buf.setdefault(run_id, []).append(text)
+
+    def forget(self, run_id: str) -> None:
+        """The run ended: drop its offset once its last text is flushed."""
+        self._done.add(run_id)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="hango-text-publisher")
@@ -51,11 +59,15 @@ class TextPublisher:
                 log.debug("text publish failed: %s", e)
 
     async def flush(self) -> None:
-        if not self._buf:
-            return
         buf, self._buf = self._buf, {}
+        done, self._done = self._done, set()
         for run_id, parts in buf.items():
             text = "".join(parts)
-            for i in range(0, len(text), MAX_PAYLOAD // 4):
-                payload = json.dumps({"run_id": run_id, "text": text[i : i + MAX_PAYLOAD // 4]})
-                await self.pool.execute(NOTIFY, TEXT_CHANNEL, payload)
+            start = self._sent.get(run_id, 0)
+            self._sent[run_id] = start + len(text)
+            step = MAX_PAYLOAD // 4
+            for i in range(0, len(text), step):
+                chunk = {"run_id": run_id, "offset": start + i, "text": text[i : i + step]}
+                await self.pool.execute(NOTIFY, TEXT_CHANNEL, json.dumps(chunk))
+        for run_id in done:
+            self._sent.pop(run_id, None)

@@ -168,6 +168,8 @@ class Worker:
             log.exception("run crashed", extra={"run_id": c.run_id})
             status = await self._fail_crashed(c)
         finally:
+            if self.deps.text is not None:
+                self.deps.text.forget(c.run_id)
             f = self._inflight.pop(c.run_id, None)
             metrics.RUNS_IN_FLIGHT.set(len(self._inflight))
             self._account(status, f)
