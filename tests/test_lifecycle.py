@@ -187,7 +187,7 @@ async def test_runs_finish_when_postgres_restarts_mid_run() -> None:
         await migrate.upgrade(dsn, "head")
         pool = await db.create_pool(dsn, min_size=1, max_size=2)
         await repo.ensure_default_tenant(pool)
-        tool, calls = recording_tool()
+        tool, _calls = recording_tool()
         await make_agent(pool)
         ids = [await enqueue(pool) for _ in range(3)]
         await pool.close()

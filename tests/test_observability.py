@@ -11,7 +11,6 @@ import urllib.request
 from typing import Any
 
 import asyncpg
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hango_worker.run.worker import Worker
@@ -224,7 +223,7 @@ async def test_metrics_move_and_readyz_follows_the_database(pool: asyncpg.Pool, 
     assert (await asyncio.to_thread(_scrape, port, "/healthz"))[0] == 200
     assert (await asyncio.to_thread(_scrape, port, "/readyz"))[0] == 200
     await pool.execute("UPDATE alembic_version SET version_num = 'older'")
-    code, body = await asyncio.to_thread(_scrape, port, "/readyz")
+    code, _body = await asyncio.to_thread(_scrape, port, "/readyz")
     assert code == 503
     await pool.execute("UPDATE alembic_version SET version_num = '0002_run_state'")
     assert (await asyncio.to_thread(_scrape, port, "/readyz"))[0] == 200
@@ -257,3 +256,43 @@ def test_dashboard_and_alert_metrics_exist_in_a_live_scrape() -> None:
     used = {m for q in queries for m in re.findall(r"\b((?:hango|gen_ai)_[a-z0-9_]+)", q)}
     used -= label_names
     assert used and used <= names, sorted(used - names)
+
+
+async def test_a_resumed_run_stays_in_one_trace_linked_to_its_previous_attempt(
+    pool: asyncpg.Pool, dsn: str, spans: Any
+) -> None:
+    from hango_worker.store import repo
+    from hango_worker.tool.types import Tool, ToolContext, ToolResult
+
+    once = {"done": False}
+
+    async def stop_once(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if not once["done"]:
+            once["done"] = True
+            await repo.request_cancel(pool, repo.DEFAULT_TENANT_ID, ctx.run_id)
+        return ToolResult("ok")
+
+    stopper = Tool("stopper", "Cancels once.", {"type": "object"}, stop_once)
+    await make_agent(pool, name="traced", tools=["stopper"])
+    run_id = await enqueue(pool, agent="traced")
+    script = [{"tool_calls": [call("stopper")]}, {"text": "done"}]
+
+    async def attempt() -> str:
+        await serve(
+            settings(dsn),
+            dsn,
+            until_idle=True,
+            provider=scripted(*script),
+            registry=Registry([stopper]),
+            logs=False,
+        )
+        return str(await pool.fetchval("SELECT status FROM runs WHERE id = $1", run_id))
+
+    assert await attempt() == "cancelled"
+    await repo.resume(pool, repo.DEFAULT_TENANT_ID, run_id)
+    assert await attempt() == "succeeded"
+    roots = spans.named("invoke_agent traced")
+    assert [s.attributes["hango.run.attempt"] for s in roots] == [1, 2]
+    first, second = roots
+    assert first.context.trace_id == second.context.trace_id
+    assert [link.context.trace_id for link in second.links] == [first.context.trace_id]

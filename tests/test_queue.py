@@ -59,7 +59,7 @@ async def test_two_worker_processes_drain_the_queue_exactly_once(
     ]
     outs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), timeout=240)
     elapsed = time.perf_counter() - started
-    for p, (out, err) in zip(procs, outs, strict=True):
+    for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err.decode()[-2000:]
     rows = await pool.fetch("SELECT id::text, status, attempt FROM runs")
     assert {r["status"] for r in rows} == {"succeeded"}
