@@ -1,0 +1,80 @@
+# syntax=docker/dockerfile:1.7
+#
+# hango-worker container image.
+#
+#   docker build -t hango-worker:dev .
+#   docker run --rm -e HANGO_DATABASE_URL=postgresql://… hango-worker:dev          # the service
+#   docker run --rm -e HANGO_DATABASE_URL=postgresql://… hango-worker:dev migrate  # one-shot
+#
+# Stage 1 builds the project's wheel and a wheel of every dependency; stage 2
+# installs them, offline, into /opt/venv with deploy/install-wheel.sh — the same
+# script tests/test_deploy.py runs outside Docker. The final image has no
+# compiler, no build tools, no source tree and no wheels left behind (they are
+# bind-mounted for the one RUN that installs them).
+
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+
+# --- builder -----------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS builder
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+# Compilers only here, for any dependency that ships no wheel for this platform.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends build-essential \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY pyproject.toml README* ./
+COPY hango_worker ./hango_worker
+# /wheels: hango_worker-<version>-py3-none-any.whl plus one wheel per dependency.
+RUN python -m pip wheel --wheel-dir /wheels . \
+ && ls /wheels/hango_worker-*.whl
+
+# --- runtime -----------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+
+LABEL org.opencontainers.image.title="hango-worker" \
+      org.opencontainers.image.description="Durable, observable run-worker for LLM agents on Postgres" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONFAULTHANDLER=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PATH=/opt/venv/bin:$PATH \
+    HANGO_METRICS_PORT=9464 \
+    HANGO_DATA_DIR=/var/lib/hango \
+    HANGO_LOG_FORMAT=json
+
+# A fixed numeric uid/gid so Kubernetes' runAsNonRoot can verify it.
+RUN groupadd --system --gid 10001 hango \
+ && useradd --system --uid 10001 --gid hango --home-dir /var/lib/hango --create-home \
+        --shell /usr/sbin/nologin hango
+
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    --mount=type=bind,source=deploy/install-wheel.sh,target=/usr/local/bin/install-wheel.sh \
+    sh /usr/local/bin/install-wheel.sh /opt/venv /wheels/hango_worker-*.whl /wheels
+
+USER 10001:10001
+WORKDIR /var/lib/hango
+
+# /metrics, /healthz, /readyz (HANGO_METRICS_PORT).
+EXPOSE 9464
+
+# Liveness of the process (not of the database: that is /readyz). Port 0
+# (ephemeral) cannot be probed; keep a fixed port in containers.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD python -c "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:${HANGO_METRICS_PORT:-9464}/healthz', timeout=4).status == 200 else 1)"
+
+# SIGTERM: stop claiming, let runs reach a turn boundary within
+# HANGO_SHUTDOWN_GRACE_S, checkpoint, hand them back to the queue, exit. Give the
+# container a stop timeout above that grace (compose stop_grace_period,
+# Kubernetes terminationGracePeriodSeconds).
+STOPSIGNAL SIGTERM
+
+ENTRYPOINT ["hango-worker"]
+CMD ["run"]
