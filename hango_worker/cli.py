@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import asyncio
 import json
 import signal
@@ -162,6 +163,21 @@ async def cmd_runs_watch(s: Settings, a: argparse.Namespace) -> int:
     return 0 if run["status"] == "succeeded" else 1
 
 
+async def cmd_gc(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.store.gc import gc, parse_age
+
+    try:
+        age = parse_age(a.older_than)
+    except ValueError as e:
+        raise CliError(f"--older-than: {e}") from None
+    async with pool_for(s) as (_, pool):
+        result = await gc(
+            pool, older_than=age, tenant_id=a.tenant, delete_runs=a.runs, batch_size=a.batch_size
+        )
+    print(json.dumps(dataclasses.asdict(result), default=str))
+    return 0
+
+
 async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
     from hango_worker.service import serve
 
@@ -222,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c = cmd("create", cmd_agents_create, "create an agent; prints its id", ag)
     c.add_argument("--name", required=True)
-    c.add_argument("--model", required=True, help="e.g. claude-sonnet-4-5")
+    c.add_argument("--model", required=True, help="e.g. claude-sonnet-4-6")
     c.add_argument("--system", action="append", help="a system prompt block (repeatable)")
     c.add_argument("--tool", action="append", help="an allowed tool (repeatable; none = no tools)")
     c.add_argument("--config", default="{}", help='JSON, e.g. {"max_turns": 20}')
@@ -245,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("run_id")
         if name == "show":
             sp.add_argument("--json", action="store_true")
+
+    g = cmd("gc", cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE")
+    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
+    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
+    g.add_argument("--batch-size", type=int, default=1000, help="rows per short transaction")
+    g.add_argument("--tenant", help="only this tenant (default: all)")
 
     fa = sub.add_parser("fake-anthropic", help="serve the fake Anthropic API (for tests)")
     fa.set_defaults(fn=None, sync=fake_anthropic)

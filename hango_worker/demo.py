@@ -11,7 +11,7 @@ from hango_worker.run.providers import make_provider
 from hango_worker.store import db, migrate, repo
 
 DEMO_AGENT = "demo"
-DEMO_MODEL = "claude-sonnet-4-5"
+DEMO_MODEL = "claude-sonnet-4-6"
 DEMO_INPUT = "What time is it now, and how many seconds are there in a leap year?"
 DEMO_SYSTEM = [
     "You are a careful assistant. Use your tools for facts and arithmetic; plan multi-step "

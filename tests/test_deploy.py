@@ -829,3 +829,67 @@ def test_operations_guide_documents_every_setting_and_the_commands() -> None:
         "ANTHROPIC_API_KEY",
     ):
         assert needed in text, needed
+
+
+def test_the_installed_image_venv_migrates_and_finishes_a_run(
+    image_venv: Path, empty_dsn: str
+) -> None:
+    """The install path the image uses, proven end to end: migrate, create, enqueue, run, show."""
+    exe = str(image_venv / "bin" / "hango-worker")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    env.update(
+        {
+            "HANGO_DATABASE_URL": empty_dsn,
+            "HANGO_MODEL_PROVIDER": "scripted",
+            "HANGO_METRICS_PORT": "0",
+            "HANGO_LOG_LEVEL": "WARNING",
+        }
+    )
+
+    def run(*args: str) -> str:
+        p = subprocess.run(
+            [exe, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=image_venv,
+            check=False,
+        )
+        assert p.returncode == 0, (args, p.stderr[-2000:])
+        return p.stdout
+
+    assert "migrated to" in run("migrate")
+    run(
+        "agents",
+        "create",
+        "--name",
+        "demo",
+        "--model",
+        "claude-test",
+        "--tool",
+        "write_todos",
+        "--tool",
+        "current_time",
+        "--tool",
+        "calculator",
+    )
+    run_id = run("enqueue", "--agent", "demo", "--input", "leap year seconds?").strip()
+    script = subprocess.run(
+        [
+            str(image_venv / "bin" / "python"),
+            "-c",
+            "import hango_worker, pathlib; print(pathlib.Path(hango_worker.__file__).parent / 'demo' / 'script.json')",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=image_venv,
+        check=True,
+    ).stdout.strip()
+    env["HANGO_SCRIPT"] = script
+    run("run", "--until-idle")
+    shown = json.loads(run("runs", "show", run_id, "--json"))
+    assert shown["status"] == "succeeded"
+    assert "31,622,400" in shown["transcript"][-1]["content"][0]["text"]
