@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import asyncio
+import dataclasses
 import json
 import signal
 import sys

@@ -26,10 +26,12 @@ class Started:
 
     def __init__(self) -> None:
         self.worker: Worker | None = None
+        self.server: Any = None
         self.ready = asyncio.Event()
 
     def __call__(self, worker: Worker, server: MetricsServer | None) -> None:
         self.worker = worker
+        self.server = server
         self.ready.set()
 
 
@@ -52,6 +54,21 @@ async def _background(
     )
     await asyncio.wait_for(started.ready.wait(), 10)
     return task, started
+
+
+async def _ready(started: Started) -> int:
+    import urllib.error
+    import urllib.request
+
+    def get() -> int:
+        url = f"http://127.0.0.1:{started.server.port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    return await asyncio.to_thread(get)
 
 
 async def _stop(task: asyncio.Task[Any], started: Started) -> None:

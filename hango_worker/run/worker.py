@@ -23,6 +23,7 @@ from hango_worker.run.listener import Listener
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
+from hango_worker.telemetry.logs import current_run_id
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,7 @@ class Worker:
         metrics.RUNS_IN_FLIGHT.set(len(self._inflight))
 
     async def _execute(self, c: Claim) -> None:
+        current_run_id.set(c.run_id)  # this task's context only
         status = "lost"
         try:
             outcome = await execute(self.deps, c, lambda io: self._attach(c.run_id, io))

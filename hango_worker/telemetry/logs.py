@@ -11,9 +11,14 @@ import json
 import logging
 import sys
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import trace
+
+# The run a log line is about: set by the worker for each run's task, so every
+# line logged while running it carries run_id without passing it around.
+current_run_id: ContextVar[str | None] = ContextVar("hango_run_id", default=None)
 
 _STD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
@@ -27,6 +32,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        run_id = current_run_id.get()
+        if run_id is not None:
+            out["run_id"] = run_id
         ctx = trace.get_current_span().get_span_context()
         if ctx.is_valid:
             out["trace_id"] = f"{ctx.trace_id:032x}"
