@@ -233,6 +233,22 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--session", help="continue this session's history")
     e.add_argument("--json", action="store_true")
 
+    _agents_and_runs(sub, cmd)
+
+    g = cmd("gc", cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE")
+    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
+    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
+    g.add_argument("--batch-size", type=int, default=1000, help="rows per short transaction")
+    g.add_argument("--tenant", help="only this tenant (default: all)")
+
+    fa = sub.add_parser("fake-anthropic", help="serve the fake Anthropic API (for tests)")
+    fa.set_defaults(fn=None, sync=fake_anthropic)
+    fa.add_argument("--port", type=int, default=8765)
+    fa.add_argument("--script", required=True, help="JSON list of scripted responses")
+    return p
+
+
+def _agents_and_runs(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
     ag = sub.add_parser("agents", help="create and list agents").add_subparsers(
         dest="sub", required=True, metavar="SUBCOMMAND"
     )
@@ -261,18 +277,6 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("run_id")
         if name == "show":
             sp.add_argument("--json", action="store_true")
-
-    g = cmd("gc", cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE")
-    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
-    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
-    g.add_argument("--batch-size", type=int, default=1000, help="rows per short transaction")
-    g.add_argument("--tenant", help="only this tenant (default: all)")
-
-    fa = sub.add_parser("fake-anthropic", help="serve the fake Anthropic API (for tests)")
-    fa.set_defaults(fn=None, sync=fake_anthropic)
-    fa.add_argument("--port", type=int, default=8765)
-    fa.add_argument("--script", required=True, help="JSON list of scripted responses")
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,6 +53,7 @@ async def serve(
     `on_ready` receives the worker and its metrics server once both are up."""
     if logs:
         setup_logging(settings.log_level, settings.log_format)
+    own_provider = provider is None
     provider = provider or make_provider(settings)
     registry = registry or Registry.default(modules=settings.tool_modules)
     tracing = setup_tracing()
@@ -76,3 +77,6 @@ async def serve(
             await server.close()
         await pool.close()
         tracing.shutdown()
+        close = getattr(provider, "aclose", None)
+        if own_provider and close is not None:
+            await close()

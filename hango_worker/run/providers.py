@@ -18,7 +18,7 @@ def make_provider(
     """scripted | anthropic | auto (anthropic when ANTHROPIC_API_KEY is set, else the
     scripted model — for the demo only; `run` refuses to guess)."""
     choice = settings.model_provider
-    has_key = bool(os.environ.get("ANTHROPIC_API_KEY"))
+    has_key = bool(os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN"))
     if choice == "auto":
         if has_key:
             choice = "anthropic"
@@ -35,9 +35,12 @@ def make_provider(
                 "configuration error: HANGO_MODEL_PROVIDER=anthropic but ANTHROPIC_API_KEY is "
                 "not set"
             )
-        from hango_worker.provider.anthropic import AnthropicProvider
+        from hango_worker.provider.anthropic import AnthropicProvider, MissingCredentialsError
 
-        return AnthropicProvider(max_retries=settings.anthropic_max_retries)
+        try:
+            return AnthropicProvider(max_retries=settings.anthropic_max_retries)
+        except MissingCredentialsError as e:
+            raise ConfigError(f"configuration error: the Anthropic client: {e}") from None
     path = settings.script or (DEMO_SCRIPT if demo else None)
     if path is None:
         raise ConfigError(

@@ -159,6 +159,35 @@ def _count(status: str) -> int:
         return 0
 
 
+@dataclass
+class _Pass:
+    """One gc call's fixed inputs and running totals."""
+
+    pool: asyncpg.Pool
+    cutoff: datetime.datetime
+    tenant: str | None
+    batch_size: int
+    pause_s: float
+    progress: Callable[[GcResult], None] | None
+    result: GcResult
+
+    async def batch_done(self) -> None:
+        self.result.batches += 1
+        if self.progress is not None:
+            self.progress(self.result)
+        if self.pause_s > 0:
+            await asyncio.sleep(self.pause_s)
+
+
+def _tenant(tenant_id: str | None) -> str | None:
+    if tenant_id is None:
+        return None
+    try:
+        return str(uuid.UUID(tenant_id))
+    except ValueError:
+        raise ValueError(f"tenant_id {tenant_id!r} is not a UUID") from None
+
+
 async def gc(
     pool: asyncpg.Pool,
     *,
@@ -179,67 +208,61 @@ async def gc(
         raise ValueError("older_than must not be negative")
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    tenant: str | None = None
-    if tenant_id is not None:
-        try:
-            tenant = str(uuid.UUID(tenant_id))
-        except ValueError:
-            raise ValueError(f"tenant_id {tenant_id!r} is not a UUID") from None
-
+    tenant = _tenant(tenant_id)
     result = GcResult()
     cutoff: datetime.datetime = await pool.fetchval("SELECT now() - $1::interval", older_than)
     result.cutoff = cutoff
+    p = _Pass(pool, cutoff, tenant, batch_size, pause_s, progress, result)
+    await _delete_events(p)
+    if delete_runs:
+        await _delete_old_sessions(p)
+    return result
 
-    async def batch_done() -> None:
-        result.batches += 1
-        if progress is not None:
-            progress(result)
-        if pause_s > 0:
-            await asyncio.sleep(pause_s)
 
-    # 1. Events of every finished, old run (chunked by run id, batched by rows).
+async def _delete_events(p: _Pass) -> None:
+    """Events of every finished, old run (chunked by run id, batched by rows)."""
     after: Any = None
     while True:
         if after is None:
-            rows = await pool.fetch(RUN_CANDIDATES_FIRST, cutoff, tenant, batch_size)
+            rows = await p.pool.fetch(RUN_CANDIDATES_FIRST, p.cutoff, p.tenant, p.batch_size)
         else:
-            rows = await pool.fetch(RUN_CANDIDATES_NEXT, cutoff, tenant, batch_size, after)
+            rows = await p.pool.fetch(RUN_CANDIDATES_NEXT, p.cutoff, p.tenant, p.batch_size, after)
         if not rows:
             break
         ids = [r["id"] for r in rows]
         after = ids[-1]
         while True:
-            n = _count(await pool.execute(DELETE_EVENTS_BATCH, ids, cutoff, batch_size))
+            n = _count(await p.pool.execute(DELETE_EVENTS_BATCH, ids, p.cutoff, p.batch_size))
             if n == 0:
                 break
-            result.events_deleted += n
-            await batch_done()
-            if n < batch_size:
+            p.result.events_deleted += n
+            await p.batch_done()
+            if n < p.batch_size:
                 break
-        if len(rows) < batch_size:
+        if len(rows) < p.batch_size:
             break
 
-    if not delete_runs:
-        return result
 
-    # 2. Whole sessions whose runs are all finished and old: runs, messages, tool calls.
-    after = None
+async def _delete_old_sessions(p: _Pass) -> None:
+    """Whole sessions whose runs are all finished and old: runs, messages, tool calls."""
+    after: Any = None
     while True:
         if after is None:
-            rows = await pool.fetch(SESSION_CANDIDATES_FIRST, tenant, cutoff, batch_size)
+            rows = await p.pool.fetch(SESSION_CANDIDATES_FIRST, p.tenant, p.cutoff, p.batch_size)
         else:
-            rows = await pool.fetch(SESSION_CANDIDATES_NEXT, tenant, cutoff, batch_size, after)
+            rows = await p.pool.fetch(
+                SESSION_CANDIDATES_NEXT, p.tenant, p.cutoff, p.batch_size, after
+            )
         if not rows:
             break
         sessions = [r["id"] for r in rows]
         after = sessions[-1]
-        weights = await pool.fetch(SESSION_WEIGHTS, sessions)
-        for group in _groups([(w["id"], int(w["n"])) for w in weights], batch_size):
-            if await _delete_sessions(pool, group, cutoff, result):
-                await batch_done()
-        if len(rows) < batch_size:
+        weights = await p.pool.fetch(SESSION_WEIGHTS, sessions)
+        for group in _groups([(w["id"], int(w["n"])) for w in weights], p.batch_size):
+            if await _delete_sessions(p.pool, group, p.cutoff, p.result):
+                await p.batch_done()
+        if len(rows) < p.batch_size:
             break
-    return result
 
 
 def _groups(weighted: Sequence[tuple[Any, int]], limit: int) -> list[list[Any]]:
