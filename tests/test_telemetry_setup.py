@@ -142,6 +142,9 @@ def test_global_setup_twice_follows_the_latest(
 ) -> None:
     with OTLPReceiver() as first, OTLPReceiver() as second:
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", first.endpoint)
+        from hango_worker.telemetry import setup as setup_module
+
+        before = setup_module._SWITCH.current  # e.g. the test session's own provider
         h1 = setup_tracing()
         handles.append(h1)
         if not h1.installed_global:
@@ -150,7 +153,9 @@ def test_global_setup_twice_follows_the_latest(
         with early.start_as_current_span("one"):
             pass
         h1.shutdown()
-        assert not early.start_span("after-shutdown").is_recording()
+        assert setup_module._SWITCH.current is before  # the previous provider is back
+        if before is None:
+            assert not early.start_span("after-shutdown").is_recording()
 
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", second.endpoint)
         monkeypatch.setenv("OTEL_SERVICE_NAME", "second")
