@@ -87,18 +87,22 @@ def parse_script(raw: Any, source: str = "script") -> list[ScriptedTurn]:
     return turns
 
 
-def load_script(path: str | Path) -> list[ScriptedTurn]:
+def read_script_json(path: str | Path) -> Any:
+    """The JSON in a script file; ScriptError with the file and line when it is not."""
     p = Path(path)
     try:
-        raw = json.loads(p.read_text())
+        return json.loads(p.read_text())
     except OSError as e:
         raise ScriptError(f"cannot read script {p}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise ScriptError(f"{p}: not JSON: {e.msg} at line {e.lineno}") from None
-    return parse_script(raw, str(p))
 
 
-def _chunks(text: str) -> list[str]:
+def load_script(path: str | Path) -> list[ScriptedTurn]:
+    return parse_script(read_script_json(path), str(path))
+
+
+def word_chunks(text: str) -> list[str]:
     """Split text like a model streams it: word by word, keeping spaces."""
     out: list[str] = []
     start = 0
@@ -146,7 +150,7 @@ class ScriptedProvider:
         if turn.thinking is not None:
             content.append(ThinkingBlock(thinking=turn.thinking, signature=f"scripted-{index}"))
         if turn.text:
-            for chunk in _chunks(turn.text):
+            for chunk in word_chunks(turn.text):
                 if first_chunk is None:
                     first_chunk = time.perf_counter() - started
                 if on_text is not None:

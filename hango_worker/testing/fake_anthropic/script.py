@@ -3,7 +3,6 @@ and `RecordedRequest`, one request as the server received it."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hango_worker.provider.scripted import ScriptedTurn, ScriptError
+from hango_worker.provider.scripted import ScriptedTurn, ScriptError, read_script_json
 
 STATUS_BY_TYPE = {
     "invalid_request_error": 400,
@@ -114,14 +113,7 @@ def parse_fake_script(raw: Any, source: str = "script") -> list[FakeTurn]:
 
 
 def load_fake_script(path: str | Path) -> list[FakeTurn]:
-    p = Path(path)
-    try:
-        raw = json.loads(p.read_text())
-    except OSError as e:
-        raise ScriptError(f"cannot read script {p}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ScriptError(f"{p}: not JSON: {e.msg} at line {e.lineno}") from None
-    return parse_fake_script(raw, str(p))
+    return parse_fake_script(read_script_json(path), str(path))
 
 
 @dataclass(slots=True)

@@ -6,20 +6,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from hango_worker.provider.scripted import word_chunks
 from hango_worker.testing.fake_anthropic.cache import CacheUsage
 from hango_worker.testing.fake_anthropic.script import FakeTurn
-
-
-def _word_chunks(text: str) -> list[str]:
-    out: list[str] = []
-    start = 0
-    for i, ch in enumerate(text):
-        if ch == " " and i > start:
-            out.append(text[start:i])
-            start = i
-    if start < len(text):
-        out.append(text[start:])
-    return out
 
 
 def _json_chunks(raw: str, size: int = 24) -> list[str]:
@@ -103,12 +92,10 @@ def _block_frames(i: int, block: dict[str, Any], cut_json: str | None) -> list[F
     deltas: list[dict[str, Any]]
     if kind == "text":
         start: dict[str, Any] = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": t} for t in _word_chunks(block["text"])]
+        deltas = [{"type": "text_delta", "text": t} for t in word_chunks(block["text"])]
     elif kind == "thinking":
         start = {"type": "thinking", "thinking": "", "signature": ""}
-        deltas = [
-            {"type": "thinking_delta", "thinking": t} for t in _word_chunks(block["thinking"])
-        ]
+        deltas = [{"type": "thinking_delta", "thinking": t} for t in word_chunks(block["thinking"])]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
     else:
         start = {**block, "input": {}}
