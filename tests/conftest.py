@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -77,30 +78,34 @@ async def template_db(pg_admin_dsn: str) -> AsyncIterator[str]:
         await admin.close()
 
 
-@pytest.fixture
-async def dsn(pg_admin_dsn: str, template_db: str) -> AsyncIterator[str]:
-    """A fresh, migrated database for this test (cloned from the template: fast)."""
-    name = f"hango_t_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_admin_dsn)
+@asynccontextmanager
+async def fresh_database(
+    admin_dsn: str, prefix: str, template: str | None = None
+) -> AsyncIterator[str]:
+    """CREATE DATABASE (optionally from a template), yield its DSN, DROP it afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    clause = f' TEMPLATE "{template}"' if template else ""
+    admin = await asyncpg.connect(admin_dsn)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-        yield with_database(pg_admin_dsn, name)
+        await admin.execute(f'CREATE DATABASE "{name}"{clause}')
+        yield with_database(admin_dsn, name)
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+async def dsn(pg_admin_dsn: str, template_db: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for this test (cloned from the template: fast)."""
+    async with fresh_database(pg_admin_dsn, "hango_t", template_db) as d:
+        yield d
 
 
 @pytest.fixture
 async def empty_dsn(pg_admin_dsn: str) -> AsyncIterator[str]:
     """A fresh database with no schema at all (migration tests)."""
-    name = f"hango_e_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(pg_admin_dsn)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield with_database(pg_admin_dsn, name)
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+    async with fresh_database(pg_admin_dsn, "hango_e") as d:
+        yield d
 
 
 @pytest.fixture

@@ -112,33 +112,29 @@ class RunDeps:
     text: TextPublisher | None = None
 
 
-async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) -> Outcome | None:
-    """Run one claimed attempt to its end. Fenced (lease lost) → None, nothing written."""
-    s = deps.settings
-    try:
-        loaded = await load(deps.pool, c)
-    except LoadError as e:
-        io = PgRunIO(
-            deps.pool,
-            c,
-            worker_id=deps.worker_id,
-            lease_s=s.lease_s,
-            next_message_seq=0,
-            next_event_seq=await _next_event_seq(deps.pool, c),
-        )
-        io_ready(io)
-        await io.fail(e.error)
-        return Outcome("failed", e.error)
+def _io(deps: RunDeps, c: Claim, message_seq: int, event_seq: int) -> PgRunIO:
     obs = deps.observer
-    io = PgRunIO(
+    return PgRunIO(
         deps.pool,
         c,
         worker_id=deps.worker_id,
-        lease_s=s.lease_s,
-        next_message_seq=loaded.next_message_seq,
-        next_event_seq=loaded.next_event_seq,
+        lease_s=deps.settings.lease_s,
+        next_message_seq=message_seq,
+        next_event_seq=event_seq,
         on_events=(lambda evs: obs.events(c.run_id, evs)) if obs else None,
     )
+
+
+async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) -> Outcome | None:
+    """Run one claimed attempt to its end. Fenced (lease lost) → None, nothing written."""
+    try:
+        loaded = await load(deps.pool, c)
+    except LoadError as e:
+        io = _io(deps, c, 0, await _next_event_seq(deps.pool, c))
+        io_ready(io)
+        await io.fail(e.error)
+        return Outcome("failed", e.error)
+    io = _io(deps, c, loaded.next_message_seq, loaded.next_event_seq)
     io_ready(io)
     agent = loaded.agent
     try:
