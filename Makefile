@@ -15,8 +15,8 @@ demo: $(STAMP)
 	$(BIN)/hango-worker demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check hango_worker tests bench
-	$(BIN)/ruff format --check hango_worker tests bench
+	$(BIN)/ruff check hango_worker tests $(wildcard bench)
+	$(BIN)/ruff format --check hango_worker tests $(wildcard bench)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy hango_worker
@@ -28,6 +28,21 @@ test: lint typecheck unit
 
 chaos: $(STAMP)
 	$(BIN)/python -m hango_worker.testing.chaos
+
+# Benchmarks side by side with LangChain and pgqueuer (docs/benchmarks.md), in their
+# own environment: the `bench` extra never enters the product's .venv.
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.run $(BENCH_ARGS)
+	$(BENCH_VENV)/bin/python -m bench.report
 
 clean:
 	rm -rf $(VENV) .hango build dist *.egg-info
