@@ -265,3 +265,19 @@ def test_repair_fills_gaps_in_the_middle_of_history_in_place() -> None:
         "TextBlock",
     ]
     assert dangling_tool_uses(msgs) == []
+
+
+async def test_repeat_state_stays_bounded_and_keeps_recent_calls() -> None:
+    from hango_worker.agent.mw_repeat import MAX_TRACKED, RepeatState
+    from hango_worker.agent.state import load_private
+
+    tool, calls = recording_tool()
+    n = MAX_TRACKED + 20
+    turns = [{"tool_calls": [call("echo", text=f"t{i}")]} for i in range(n)]
+    turns += [{"tool_calls": [call("echo", text=f"t{n - 1}")]}] * 2  # a recent call, twice more
+    _, state, _ = await run_agent(
+        agent(tools=["echo"]), scripted(*turns, {"text": "ok"}), tools=[tool], max_turns=n + 5
+    )
+    counts, found = load_private(state, "repeat_call", RepeatState)
+    assert found and len(counts.counts) == MAX_TRACKED
+    assert len(calls) == n + 1  # the third identical recent call was still blocked

@@ -33,10 +33,21 @@ def call_key(name: str, args: Any) -> str:
     return f"{fnv1a64((name + canonical_json(args)).encode()):016x}"
 
 
+# Distinct calls remembered per run. Bounded so state_json stays small and a turn
+# costs the same at turn 500 as at turn 5; the oldest distinct call is forgotten
+# first (a loop repeats recent calls, not one from hundreds of calls ago).
+MAX_TRACKED = 256
+
+
 class RepeatState(BaseModel):
-    """Documented default: no call seen yet."""
+    """Documented default: no call seen yet. `counts` is ordered oldest → most recent."""
 
     counts: dict[str, int] = Field(default_factory=dict)
+
+
+def _forget_oldest(counts: dict[str, int]) -> None:
+    while len(counts) > MAX_TRACKED:
+        del counts[next(iter(counts))]
 
 
 class RepeatCall:
@@ -50,8 +61,9 @@ class RepeatCall:
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         st, _ = load_private(req.state, self.name, RepeatState)
         key = call_key(req.call.name, req.call.input)
-        prior = st.counts.get(key, 0)
-        st.counts[key] = prior + 1
+        prior = st.counts.pop(key, 0)
+        st.counts[key] = prior + 1  # re-inserted: now the most recent
+        _forget_oldest(st.counts)
         store_private(req.state, self.name, st)
         if prior + 1 >= self.threshold:
             tool = req.call.name
