@@ -24,6 +24,10 @@ from hango_worker.tool.registry import Registry
 log = logging.getLogger(__name__)
 
 
+def pool_size(concurrency: int) -> int:
+    return min(concurrency, 16) + 4
+
+
 def readiness(pool: asyncpg.Pool) -> Callable[[], Awaitable[bool]]:
     """`/readyz`: the database answers and is migrated to this code's head revision."""
     head = head_revision()
@@ -57,7 +61,9 @@ async def serve(
     provider = provider or make_provider(settings)
     registry = registry or Registry.default(modules=settings.tool_modules)
     tracing = setup_tracing()
-    pool = await db.create_pool(dsn, min_size=2, max_size=settings.worker_concurrency + 4)
+    # Runs hold a connection only for one statement at a time, so the pool is
+    # sized per worker, not per run: 200 runs in flight must not mean 200 connections.
+    pool = await db.create_pool(dsn, min_size=2, max_size=pool_size(settings.worker_concurrency))
     server: MetricsServer | None = None
     try:
         if metrics:

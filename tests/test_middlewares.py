@@ -278,6 +278,20 @@ async def test_repeat_state_stays_bounded_and_keeps_recent_calls() -> None:
     _, state, _ = await run_agent(
         agent(tools=["echo"]), scripted(*turns, {"text": "ok"}), tools=[tool], max_turns=n + 5
     )
-    counts, found = load_private(state, "repeat_call", RepeatState)
-    assert found and len(counts.counts) == MAX_TRACKED
+    st, found = load_private(state, "repeat_call", RepeatState)
+    assert found and len(st.recent) == MAX_TRACKED
     assert len(calls) == n + 1  # the third identical recent call was still blocked
+
+
+async def test_repeat_window_order_survives_a_jsonb_round_trip(pool: Any) -> None:
+    """jsonb reorders object keys; the window must still forget the oldest call."""
+    from hango_worker.agent.mw_repeat import MAX_TRACKED, RepeatState
+
+    st = RepeatState()
+    for i in range(MAX_TRACKED):
+        st.bump(f"k{i:03d}" if i else "zzz-oldest")
+    raw = await pool.fetchval("SELECT $1::jsonb", st.model_dump(mode="json"))
+    back = RepeatState.model_validate(raw)
+    back.bump("new")
+    assert "zzz-oldest" not in {k for k, _ in back.recent}
+    assert back.recent[-1] == ("new", 1)

@@ -34,7 +34,7 @@ IDS = {"run_id": "r", "session_id": "s", "agent_id": "a", "tenant_id": "t"}
 
 async def test_three_middlewares_state_survives_runs_state_json(pool: asyncpg.Pool) -> None:
     st = State(**IDS, todos=[Todo(content="plan", status="in_progress")])
-    store_private(st, "repeat_call", RepeatState(counts={"00ff": 2}))
+    store_private(st, "repeat_call", RepeatState(recent=[("00ff", 2)]))
     store_private(st, "budget", Budget(spent_tokens=42))
     store_private(st, "notes", Notes(paths=["/a", "/b"]))
     st.scratch["never"] = "persisted"
@@ -44,7 +44,10 @@ async def test_three_middlewares_state_survives_runs_state_json(pool: asyncpg.Po
     assert "scratch" not in raw and "messages" not in raw
     back = load_state(raw, **IDS)
     assert back.todos == st.todos
-    assert load_private(back, "repeat_call", RepeatState) == (RepeatState(counts={"00ff": 2}), True)
+    assert load_private(back, "repeat_call", RepeatState) == (
+        RepeatState(recent=[("00ff", 2)]),
+        True,
+    )
     assert load_private(back, "budget", Budget) == (Budget(spent_tokens=42), True)
     assert load_private(back, "notes", Notes) == (Notes(paths=["/a", "/b"]), True)
     assert back.scratch == {}

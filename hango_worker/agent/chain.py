@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from hango_worker.agent.middleware import (
     Middleware,
@@ -43,6 +44,22 @@ def _compose_tool(wrappers: Sequence[ToolWrapper], base: ToolHandler) -> ToolHan
     return handler
 
 
+_CAPABILITIES = (ModelWrapper, ToolWrapper, RunHook, ToolProvider, PromptContributor)
+# isinstance against runtime_checkable protocols is slow (it inspects the class every
+# time); a middleware class's capabilities never change, so they are looked up once.
+_capability_cache: dict[type, tuple[bool, ...]] = {}
+
+
+def capabilities(m: Middleware) -> tuple[bool, ...]:
+    """(model wrapper, tool wrapper, run hook, tool provider, prompt contributor)."""
+    cls = type(m)
+    found = _capability_cache.get(cls)
+    if found is None:
+        found = tuple(isinstance(m, p) for p in _CAPABILITIES)
+        _capability_cache[cls] = found
+    return found
+
+
 class Chain:
     """Built once per run attempt from an ordered list (None entries = unbuilt slots)."""
 
@@ -55,11 +72,16 @@ class Chain:
             seen.add(m.name)
         self.middlewares = mws
         self.names = [m.name for m in mws]
-        self.model_wrappers = [m for m in mws if isinstance(m, ModelWrapper)]
-        self.tool_wrappers = [m for m in mws if isinstance(m, ToolWrapper)]
-        self.run_hooks = [m for m in mws if isinstance(m, RunHook)]
-        self.tool_providers = [m for m in mws if isinstance(m, ToolProvider)]
-        self.contributors = [m for m in mws if isinstance(m, PromptContributor)]
+        caps = [capabilities(m) for m in mws]
+
+        def having(i: int) -> list[Any]:
+            return [m for m, c in zip(mws, caps, strict=True) if c[i]]
+
+        self.model_wrappers: list[ModelWrapper] = having(0)
+        self.tool_wrappers: list[ToolWrapper] = having(1)
+        self.run_hooks: list[RunHook] = having(2)
+        self.tool_providers: list[ToolProvider] = having(3)
+        self.contributors: list[PromptContributor] = having(4)
         self._model: tuple[ModelHandler, ModelHandler] | None = None
         self._tool: tuple[ToolHandler, ToolHandler] | None = None
 

@@ -35,19 +35,28 @@ def call_key(name: str, args: Any) -> str:
 
 # Distinct calls remembered per run. Bounded so state_json stays small and a turn
 # costs the same at turn 500 as at turn 5; the oldest distinct call is forgotten
-# first (a loop repeats recent calls, not one from hundreds of calls ago).
-MAX_TRACKED = 256
+# first (a loop repeats recent calls, not one from a hundred calls ago). A list,
+# not a dict: jsonb does not keep object key order, so "oldest" must be explicit.
+MAX_TRACKED = 64
 
 
 class RepeatState(BaseModel):
-    """Documented default: no call seen yet. `counts` is ordered oldest → most recent."""
+    """Documented default: no call seen yet. `recent` is (key, count), oldest first."""
 
-    counts: dict[str, int] = Field(default_factory=dict)
+    recent: list[tuple[str, int]] = Field(default_factory=list)
 
-
-def _forget_oldest(counts: dict[str, int]) -> None:
-    while len(counts) > MAX_TRACKED:
-        del counts[next(iter(counts))]
+    def bump(self, key: str) -> int:
+        """Count one more call of `key`; returns how many were made before it."""
+        prior = 0
+        for i, (k, n) in enumerate(self.recent):
+            if k == key:
+                prior = n
+                del self.recent[i]
+                break
+        self.recent.append((key, prior + 1))
+        if len(self.recent) > MAX_TRACKED:
+            del self.recent[: len(self.recent) - MAX_TRACKED]
+        return prior
 
 
 class RepeatCall:
@@ -61,9 +70,7 @@ class RepeatCall:
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         st, _ = load_private(req.state, self.name, RepeatState)
         key = call_key(req.call.name, req.call.input)
-        prior = st.counts.pop(key, 0)
-        st.counts[key] = prior + 1  # re-inserted: now the most recent
-        _forget_oldest(st.counts)
+        prior = st.bump(key)
         store_private(req.state, self.name, st)
         if prior + 1 >= self.threshold:
             tool = req.call.name
