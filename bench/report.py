@@ -12,48 +12,33 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import DASH, fmt, window_key
+from bench.common import DASH, fmt
+from bench.report_sections import (
+    LABELS,
+    PLOT_NAME,
+    chain_section,
+    latency_section,
+    memory_section,
+    ordered,
+    per_turn_section,
+    summary,
+    table,
+    throughput_section,
+    x,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
-PLOT = ROOT / "docs" / "benchmarks-per-turn.png"
+PLOT = ROOT / "docs" / PLOT_NAME
 RESULTS = ROOT / "bench" / "results"
-
-LABELS = {
-    "hango": "hango-worker",
-    "hango+todo": "hango-worker, write_todos every 10th turn",
-    "langchain-sync": 'LangChain create_agent, durability="sync"',
-    "langchain-sync+todo": 'LangChain + TodoListMiddleware, durability="sync"',
-    "langchain-default": "LangChain create_agent, default durability (async)",
-}
 
 
 def latest() -> Path:
-    files = sorted(RESULTS.glob("*.json"))
+    """The newest `make bench` results (YYYY-MM-DD.json; not the kept *-before-fixes.json)."""
+    files = sorted(RESULTS.glob("[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].json"))
     if not files:
         raise SystemExit("no results in bench/results/: run `make bench` first")
     return files[-1]
-
-
-def table(head: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
-
-
-def x(v: float) -> str:
-    return f"{v:.2f}\u00d7" if v < 10 else f"{v:.0f}\u00d7"
-
-
-def ordered(d: dict[str, Any]) -> list[str]:
-    return sorted(d, key=window_key)
-
-
-def med(s: dict[str, float], digits: int = 2) -> str:
-    return f"{s['median']:.{digits}f}"
-
-
-# -- sections --------------------------------------------------------------------------------
 
 
 def header(r: dict[str, Any]) -> str:
@@ -96,307 +81,14 @@ def environment(r: dict[str, Any]) -> str:
     )
 
 
-def summary(r: dict[str, Any]) -> str:
-    rows: list[list[str]] = []
-    pt = r.get("per_turn")
-    if pt:
-        v = pt["variants"]
-        wins = ordered(v["hango"]["windows"])
-        first, last = wins[0], wins[-1]
-        for key in ("hango", "langchain-sync"):
-            if key in v:
-                w = v[key]["windows"]
-                rows.append(
-                    [
-                        f"per-turn wall, turns {first} / {last} ({LABELS[key]})",
-                        f"{fmt(w[first], ' ms')} / {fmt(w[last], ' ms')}",
-                    ]
-                )
-    tp = r.get("throughput")
-    if tp:
-        for n, res in tp["by_procs"].items():
-            line = f"{med(res['hango']['per_s'], 0)} runs/s"
-            for other in ("pgqueuer", "floor"):
-                if other in res:
-                    line += f" vs {other} {med(res[other]['per_s'], 0)} jobs/s"
-            rows.append([f"throughput, {n} worker process(es)", line])
-    lat = r.get("latency")
-    if lat:
-        line = f"p50 {lat['hango']['p50_ms']:.2f} ms, p99 {lat['hango']['p99_ms']:.2f} ms"
-        rows.append(["enqueue \u2192 first model call (idle worker)", line])
-    ch = r.get("chain")
-    if ch:
-        pm = ch["per_middleware"]
-        for key in ("h10/tracing", "h1000/tracing"):
-            p = pm[key]
-            rows.append(
-                [
-                    f"chain cost per middleware, tracing on, history {key[1:].split('/')[0]}",
-                    f"model call {p['model_call_us_per_mw']:.1f} \u00b5s, "
-                    f"tool call {p['tool_call_us_per_mw']:.1f} \u00b5s",
-                ]
-            )
-    mem = r.get("memory")
-    if mem:
-        rows.append(
-            [
-                f"worker RSS, {mem['runs']} runs in flight",
-                f"{mem['in_flight_mib']:.1f} MiB (idle {mem['idle_mib']:.1f} MiB, "
-                f"{mem['per_run_kib']:.0f} KiB per run)",
-            ]
-        )
-    return "## Summary\n\n" + table(["what", "measured"], rows) + "\n"
-
-
-def per_turn_section(r: dict[str, Any]) -> str:
-    pt = r.get("per_turn")
-    if not pt:
-        return ""
-    v = pt["variants"]
-    wins = ordered(v["hango"]["windows"])
-    head = ["side", *[f"wall ms, turns {w}" for w in wins], "mean wall ms", "total s"]
-    rows = []
-    for key, res in v.items():
-        rows.append(
-            [
-                LABELS.get(key, key),
-                *[fmt(res["windows"][w]) for w in wins],
-                fmt(res["mean_turn_ms"]),
-                fmt(res["total_s"]),
-            ]
-        )
-    cpu_head = ["side", *[f"client CPU ms, turns {w}" for w in wins], "mean CPU ms"]
-    cpu_rows = [
-        [
-            LABELS.get(k, k),
-            *[fmt(res["cpu_windows"][w]) for w in wins],
-            fmt(res["cpu_mean_turn_ms"]),
-        ]
-        for k, res in v.items()
-    ]
-    bw = ordered(v["hango"]["bytes_windows"])
-    b_head = [
-        "side",
-        "table growth per turn (whole run)",
-        *[f"growth/turn, {w}" for w in bw],
-        "live row bytes per turn",
-    ]
-    b_rows = [
-        [
-            LABELS.get(k, k),
-            fmt(res["bytes_per_turn"], "", 0),
-            *[fmt(res["bytes_windows"][w], "", 0) for w in bw if w in res["bytes_windows"]],
-            fmt(res["live_bytes_per_turn"], "", 0),
-        ]
-        for k, res in v.items()
-    ]
-    parts = [
-        f"## 1. Per-turn cost against history length\n\nA run of {pt['turns']} turns, one tool "
-        "call per turn, zero-latency scripted model, on both sides. hango-worker runs the real "
-        "worker path in process (`serve(until_idle=True)`: claim, load, the loop, PgRunIO "
-        "checkpoints) with its default middleware stack, tracing off. LangChain runs "
-        "`create_agent` with `AsyncPostgresSaver.from_conn_string` (its documented set-up) "
-        "and a fake chat model playing the same script.",
-        table(head, rows),
-        table(cpu_head, cpu_rows),
-        "Bytes: *table growth* is the `pg_total_relation_size` (heap, TOAST, indexes) delta "
-        "of the side's tables: hango `messages, run_events, tool_calls, runs, sessions`; "
-        "LangChain `checkpoints, checkpoint_blobs, checkpoint_writes`. It includes dead row "
-        "versions not yet vacuumed (autovacuum runs when it likes, so single runs vary). "
-        "Windows are sampled at model calls, so page granularity (8 KiB) shows. *Live row "
-        "bytes* is the delta of `sum(pg_column_size(row))` over the same tables: what stays "
-        "once vacuum has run. The async (default) LangChain row's windows are not "
-        "meaningful: its writes trail its model calls.",
-        table(b_head, b_rows),
-    ]
-    parts.append(_per_turn_ratios(pt))
-    if "langchain-default" in v and "lag_s" in v["langchain-default"]:
-        lag = v["langchain-default"]["lag_s"]
-        reps = v["langchain-default"]["reps"]
-        parts.append(
-            f"({reps} repetition(s) of the default-durability row.) "
-            "LangChain's default durability writes checkpoints in the background: its turns "
-            "above do not wait for Postgres, and `ainvoke` returned "
-            f"**{fmt(lag, ' s')}** after the last model call (the backlog of checkpoint "
-            "writes still to commit). The durable comparison is the `sync` row."
-        )
-    parts.append(
-        "Settings that differ: hango-worker's default stack always carries Todo (its "
-        "`write_todos` tool reaches the model only when the agent lists it, as in the "
-        "todo rows); LangChain's plain rows have no middleware. Neither side traces."
-    )
-    parts.append(f"![per-turn cost against turn index]({PLOT.name})")
-    return "\n\n".join(parts) + "\n"
-
-
-def _per_turn_ratios(pt: dict[str, Any]) -> str:
-    rows = []
-    for name, rr in pt.get("ratios", {}).items():
-        rows.append([name, ", ".join(f"{k}: {x(val)}" for k, val in rr.items())])
-    if not rows:
-        return "(LangChain was not installed in this run: no ratios.)"
-    return "Ratios (LangChain \u00f7 hango-worker, medians; bytes = table growth):\n\n" + table(
-        ["compared", "ratios"], rows
-    )
-
-
-def throughput_section(r: dict[str, Any]) -> str:
-    tp = r.get("throughput")
-    if not tp:
-        return ""
-    rows = []
-    for n, res in tp["by_procs"].items():
-        for side, label in (
-            ("hango", "hango-worker: full 1-turn runs"),
-            ("pgqueuer", "pgqueuer: no-op jobs"),
-            ("floor", "raw asyncpg claim-and-complete"),
-        ):
-            if side in res:
-                s = res[side]
-                rows.append(
-                    [
-                        n,
-                        label,
-                        fmt(s["per_s"], "", 0),
-                        fmt(s["seconds"]),
-                        fmt(s["cpu_ms_per_job"]),
-                        fmt(s["pg_cpu_ms_per_job"]),
-                    ]
-                )
-        ratio_txt = ", ".join(f"{k} {x(val)}" for k, val in res["ratios"].items())
-        rows.append([n, "ratio", ratio_txt, "", "", ""])
-    return (
-        f"## 2. Throughput\n\n{tp['jobs']} runs (jobs) enqueued in one transaction to idle "
-        "workers (separate processes, warmed up); the clock runs from the enqueue commit to "
-        "the client's poll (every 10 ms) seeing none left. hango-worker: `hango-worker run`, "
-        "defaults (`HANGO_WORKER_CONCURRENCY=8`), scripted model answering at once; each run "
-        "is claimed, loaded, calls the model and commits its final checkpoint. pgqueuer: "
-        "`PgQueuer.run()` defaults (batch size 10), a no-op entrypoint, one asyncpg "
-        "connection per process. Floor: a batch claim (`FOR UPDATE SKIP LOCKED`) and one "
-        "commit per job, 8 at a time per process, woken by NOTIFY. Worker CPU is the "
-        "worker processes' user+system time during the burst; Postgres CPU that of every "
-        "`postgres` process (the machine runs nothing else). The machine has "
-        f"{r['machine']['cores']} cores: a second worker process competes with Postgres "
-        "for them.\n\n"
-        + table(
-            [
-                "processes",
-                "side",
-                "per second",
-                "seconds",
-                "worker CPU ms/job",
-                "Postgres CPU ms/job",
-            ],
-            rows,
-        )
-        + "\n"
-    )
-
-
-def latency_section(r: dict[str, Any]) -> str:
-    lat = r.get("latency")
-    if not lat:
-        return ""
-    rows = []
-    for side, label in (
-        ("hango", "hango-worker: enqueue \u2192 first model call"),
-        ("pgqueuer", "pgqueuer: enqueue \u2192 handler start"),
-    ):
-        if side in lat:
-            s = lat[side]
-            rows.append(
-                [
-                    label,
-                    f"{s['p50_ms']:.2f}",
-                    f"{s['p99_ms']:.2f}",
-                    f"{s['min_ms']:.2f}{DASH}{s['max_ms']:.2f}",
-                    str(s["n"]),
-                ]
-            )
-    return (
-        "## 3. Latency, idle worker\n\nOne worker process, idle (LISTENing); one run enqueued "
-        "at a time (`repo.enqueue`, the real path), the next only after the previous one "
-        "was picked up and a 50\u2013100 ms pause. Measured from the start of the enqueue "
-        "call (its statements and its durable commit included; hango's `repo.enqueue` also "
-        "looks the agent up first) to the moment the worker's model (hango) or handler "
-        "(pgqueuer) is called, on a monotonic clock shared by both processes.\n\n"
-        + table(["what", "p50 ms", "p99 ms", "min\u2013max ms", "samples"], rows)
-        + "\n"
-    )
-
-
-def chain_section(r: dict[str, Any]) -> str:
-    ch = r.get("chain")
-    if not ch:
-        return ""
-    rows = []
-    for key, res in ch["configs"].items():
-        h, kind, tr = key.split("/")
-        rows.append(
-            [
-                str(ch["history_messages"].get(h[1:], h[1:])),
-                kind,
-                tr,
-                fmt(res["model_call_us"], "", 1),
-                fmt(res["tool_call_us"], "", 1),
-                fmt(res["turn_us"], "", 1),
-            ]
-        )
-    pm_rows = []
-    for key, p in ch["per_middleware"].items():
-        h, tr = key.split("/")
-        pm_rows.append(
-            [
-                str(ch["history_messages"].get(h[1:], h[1:])),
-                tr,
-                f"{p['model_call_us']:.1f} ({p['model_call_us_per_mw']:.1f})",
-                f"{p['tool_call_us']:.1f} ({p['tool_call_us_per_mw']:.1f})",
-                f"{p['turn_us']:.1f} ({p['turn_us_per_mw']:.1f})",
-            ]
-        )
-    names = ", ".join(ch["middlewares"])
-    return (
-        "## 4. Chain overhead (in process, no database)\n\n"
-        "The real `AgentLoop` on `testing/memory.py`'s `MemoryRunIO`, a model and a tool "
-        "that answer at once; their own time is subtracted. *model call*: "
-        "`chain.model_call` (wrappers + base handler: system assembly, chat span, metrics, "
-        "cancel race). *tool call*: tool span + `chain.tool_call`. *turn*: everything "
-        "between two model calls, in-memory checkpoint included. Tracing on = SDK "
-        "`TracerProvider` + `BatchSpanProcessor` + an exporter that drops the batch. "
-        "History is built by the same loop first, so middleware state is realistic. "
-        "Microseconds, median (min\u2013max) over repetitions.\n\n"
-        + table(["history (messages)", "stack", "tracing", "model call", "tool call", "turn"], rows)
-        + f"\n\nDefault stack minus empty stack, per call (and per middleware: \u00f7 "
-        f"{len(ch['middlewares'])}, the stack being {names}), \u00b5s:\n\n"
-        + table(["history", "tracing", "model call", "tool call", "turn"], pm_rows)
-        + "\n"
-    )
-
-
-def memory_section(r: dict[str, Any]) -> str:
-    m = r.get("memory")
-    if not m:
-        return ""
-    rows = [
-        ["idle (after one warm-up run)", f"{m['idle_mib']:.1f} MiB"],
-        [f"peak with {m['runs']} runs in flight", f"{m['in_flight_mib']:.1f} MiB"],
-        ["per run in flight", f"{m['per_run_kib']:.0f} KiB"],
-        ["after they finished", f"{m['after_mib']:.1f} MiB"],
-        ["Postgres connections held by the worker (peak)", str(m["pg_connections"])],
-    ]
-    return (
-        f"## 5. Memory\n\nOne `hango-worker run` process with "
-        f"`HANGO_WORKER_CONCURRENCY={m['concurrency_setting']}` (the default is 8; raised so "
-        f"{m['runs']} runs can be in flight), scripted model sleeping in each of a run's two "
-        f"turns (one tool call between). RSS by psutil, sampled every 100 ms while all "
-        f"{m['runs']} runs are `running`.\n\n" + table(["what", "value"], rows) + "\n"
-    )
+# -- profiling, and the fixes before and after ----------------------------------------------
 
 
 def profiling_section(r: dict[str, Any]) -> str:
     p = r.get("profile")
     if not p:
         return ""
+    commit = r["versions"].get("git", "?")
     parts = ["## Profiling"]
     pt = (r.get("per_turn") or {}).get("variants", {}).get("hango")
     if pt:
@@ -412,8 +104,7 @@ def profiling_section(r: dict[str, Any]) -> str:
         parts.append(
             "DESIGN.md \u00a711 asks that turn 500 cost what turn 5 costs. Measured above, "
             f"hango-worker's turns {last} cost {x(grow)} its turns {first} (wall), and "
-            f"the table growth per turn is {x(bgrow)} from the first window to the last. The "
-            "chain table shows the default stack's tool-call cost growing with history."
+            f"the table growth per turn is {x(bgrow)} from the first window to the last."
         )
     for key, what in (
         ("pyinstrument", "one long run (the per-turn benchmark's hango side)"),
@@ -425,28 +116,96 @@ def profiling_section(r: dict[str, Any]) -> str:
         rows = [[f"`{f['function']}`", f"{f['self_pct']:.1f}%"] for f in prof["top"][:12]]
         ours = [[f"`{f['function']}`", f"{f['self_pct']:.1f}%"] for f in prof["top_hango"][:8]]
         parts.append(
-            f"pyinstrument over {what}, self time, {prof['sampled_s']:.2f} s sampled "
-            f"({prof['busy_s']:.2f} s not waiting in `epoll`):\n\n"
+            f"pyinstrument over {what}, code at {commit}, self time, "
+            f"{prof['sampled_s']:.2f} s sampled ({prof['busy_s']:.2f} s not waiting in "
+            "`epoll`):\n\n"
             + table(["function (all frames)", "self time"], rows)
             + "\n\n"
             + table(["function (hango_worker frames)", "self time"], ours)
         )
-    if p.get("before_after"):
-        shipped = f"commit {r['versions'].get('git', '?')}"
-        parts.append(_before_after(p["before_after"], p["window"], shipped))
+    parts.append(fixes(p, commit))
+    if p.get("after"):
+        parts.append(before_after(r))
     return "\n\n".join(parts) + "\n"
 
 
-def _before_after(ba: dict[str, Any], window: int, shipped: str) -> str:
+def fixes(p: dict[str, Any], commit: str) -> str:
+    """The fixes the profiles of the earlier code pointed at, each with its status."""
+    ships = p["shipped"]
+    before = p.get("before") or {}
+    was = before.get("commit", "the earlier code")
+
+    def status(flag: bool) -> str:
+        return (
+            f"**In the code measured ({commit}).**"
+            if flag
+            else (f"**Not in the code measured ({commit})**")
+        )
+
+    pool = ships.get("pool_size_for")
+    conns = (before.get("memory") or {}).get("pg_connections")
+    items = [
+        "1. `RepeatCall` state. On "
+        f"{was} it kept a dict of up to 256 distinct calls in `state_json`; every tool call "
+        "validated and re-dumped it and every checkpoint wrote it in a new `runs` row "
+        "version (TOASTed once large), so cost and bytes grew with the turns up to the "
+        "bound (`iterencode` in that code's profile). Fix: the last "
+        f"{ships['repeat_max_tracked']} distinct calls as an ordered list of `[key, count]` "
+        "pairs (jsonb does not keep object key order, so a dict's oldest-first order was "
+        f"lost when a resumed run reloaded it). {status(ships['repeat_state_ordered_list'])}",
+        "2. `Chain.__init__` discovered capabilities with `isinstance` on "
+        "`runtime_checkable` protocols, 5 per middleware per run attempt; typing walks each "
+        "protocol's attributes every time (`_get_protocol_attrs`, `__instancecheck__`). "
+        "Fix: the answer cached per middleware class (`chain.capabilities`). "
+        + status(ships["capabilities_cached"]),
+        "3. asyncpg runs its reset query (`SELECT pg_advisory_unlock_all(); CLOSE ALL; "
+        "UNLISTEN *; RESET ALL`) at every pool release: a second round trip per hot-path "
+        "statement (`socket.send`, `reset` in the throughput profile). The hot path keeps "
+        "no session state on pool connections, so the pool can pass `reset=` a no-op "
+        "(asyncpg still rolls back an open transaction). "
+        + status(ships["pool_reset_skipped"])
+        + (
+            ""
+            if ships["pool_reset_skipped"]
+            else ": `hango_worker/store/db.py` `create_pool` passes no `reset=`. It is "
+            "measured below as a bench-only substitute (`bench/profile.py` "
+            "`no_pool_reset`), labelled so."
+        ),
+        "4. The pool was sized per run (`HANGO_WORKER_CONCURRENCY` + 4"
+        + (f": {conns} connections with {pool['runs']} runs in flight" if conns and pool else "")
+        + "). Fix: per worker, `min(concurrency, 16) + 4`"
+        + (f" ({pool['max_size']} for {pool['runs']} runs)" if pool else "")
+        + ". "
+        + status(pool is not None),
+    ]
+    return "The fixes the profiles of the earlier code pointed at:\n\n" + "\n".join(items)
+
+
+def before_after(r: dict[str, Any]) -> str:
+    p = r["profile"]
+    before, after = p.get("before"), p["after"]
+    commit = r["versions"].get("git", "?")
+    rows_in: list[tuple[str, dict[str, Any]]] = []
+    if before:
+        src = f"`{before['source']}`, {before['date'][:16].replace('T', ' ')}"
+        rows_in.append((f"**before**: {before['commit']}, recorded ({src})", before["profile"]))
+        if before.get("substitutes"):
+            rows_in.append(
+                (
+                    f"{before['commit']} + bench-only substitutes of fixes 1\u20133 (same "
+                    "recorded run: what they predicted)",
+                    before["substitutes"],
+                )
+            )
     labels = {
-        "before": f"as shipped ({shipped})",
-        "bounded_repeat": f"RepeatCall: last {window} calls, as an ordered list",
-        "all_fixes": f"RepeatCall last {window} + chain capabilities cached per class "
-        "+ pool release without reset query",
+        "after": f"**after**: {commit}, this run",
+        "after+no_pool_reset": f"{commit} + pool release without reset (bench-only "
+        "substitute: not in the product)",
     }
-    b = ba["before"]
-    wins = ordered(b["windows"])
-    bw = ordered(b["bytes_windows"])[-1:]
+    rows_in += [(labels.get(k, k), v) for k, v in after.items()]
+    ref = after["after"]
+    wins = ordered(ref["windows"])
+    bw = ordered(ref["bytes_windows"])[-1:]
     head = [
         "",
         *[f"wall ms, turns {w}" for w in wins],
@@ -456,48 +215,137 @@ def _before_after(ba: dict[str, Any], window: int, shipped: str) -> str:
         "1-turn runs/s (in process)",
         "CPU ms per 1-turn run",
     ]
-    rows = []
-    for key in [k for k in ("before", "bounded_repeat", "all_fixes") if k in ba]:
-        s = ba[key]
-        rows.append(
-            [
-                labels.get(key, key),
-                *[fmt(s["windows"][w]) for w in wins],
-                fmt(s["cpu_mean_turn_ms"]),
-                *[fmt(s["bytes_windows"][w], "", 0) for w in bw],
-                fmt(s["chain_tool_call_us_h1000"], "", 1),
-                fmt(s["runs_per_s_in_process"], "", 0),
-                fmt(s["cpu_ms_per_run"]),
-            ]
+
+    def cell(s: dict[str, Any], group: str, key: str, digits: int = 2) -> str:
+        v = s.get(group, {}).get(key)
+        return fmt(v, "", digits) if v else "n/a"
+
+    rows = [
+        [
+            label,
+            *[cell(s, "windows", w) for w in wins],
+            fmt(s["cpu_mean_turn_ms"]),
+            *[cell(s, "bytes_windows", w, 0) for w in bw],
+            fmt(s["chain_tool_call_us_h1000"], "", 1),
+            fmt(s["runs_per_s_in_process"], "", 0),
+            fmt(s["cpu_ms_per_run"]),
+        ]
+        for label, s in rows_in
+    ]
+    out = (
+        "Before and after, the same measurements (a per-turn run through `serve()`, "
+        f"{max(5, r['sizes']['jobs'] // 3)} one-turn runs drained by `serve()` in process, "
+        "the default stack's tool-call cost at 1,000 messages; "
+        f"{ref['reps']} repetitions each). *Before* is copied from the results "
+        "`make bench` recorded on the earlier code, not re-measured; *after* is this run. "
+        "The rows measured in this run alternate their order every repetition.\n\n"
+        + table(head, rows)
+    )
+    if before:
+        out += "\n\n" + headline_before_after(r, before)
+    return out
+
+
+def headline_before_after(r: dict[str, Any], b: dict[str, Any]) -> str:
+    """The benchmarks above against the same benchmarks recorded on the earlier code."""
+    rows: list[list[str]] = []
+
+    def add(what: str, old: float | None, new: float | None, unit: str, digits: int) -> None:
+        if old is None or new is None:
+            return
+        change = x(new / old) if old else "n/a"
+        rows.append([what, f"{old:.{digits}f}{unit}", f"{new:.{digits}f}{unit}", change])
+
+    h = ((r.get("per_turn") or {}).get("variants") or {}).get("hango")
+    bh = b["per_turn_hango"]
+    if h:
+        for w in ordered(h["windows"]):
+            old = bh["windows"].get(w, {}).get("median")
+            add(f"per-turn wall, turns {w}", old, h["windows"][w]["median"], " ms", 2)
+        for w in ordered(h["cpu_windows"]):
+            old = bh["cpu_windows"].get(w, {}).get("median")
+            add(f"client CPU per turn, turns {w}", old, h["cpu_windows"][w]["median"], " ms", 2)
+        for key, what in (("bytes_per_turn", "table growth"), ("live_bytes_per_turn", "live")):
+            add(f"bytes per turn, {what}", bh[key]["median"], h[key]["median"], " B", 0)
+    for n, res in ((r.get("throughput") or {}).get("by_procs") or {}).items():
+        old = b["throughput"].get(n)
+        if old:
+            new = res["hango"]
+            add(
+                f"runs/s, {n} worker process(es)",
+                old["per_s"]["median"],
+                new["per_s"]["median"],
+                "",
+                0,
+            )
+            add(
+                f"worker CPU ms per run, {n} process(es)",
+                old["cpu_ms_per_job"]["median"],
+                new["cpu_ms_per_job"]["median"],
+                "",
+                2,
+            )
+    lat = (r.get("latency") or {}).get("hango")
+    if lat:
+        add("enqueue \u2192 first model call, p50", b["latency"]["p50_ms"], lat["p50_ms"], " ms", 2)
+        add("enqueue \u2192 first model call, p99", b["latency"]["p99_ms"], lat["p99_ms"], " ms", 2)
+    pm = (r.get("chain") or {}).get("per_middleware") or {}
+    for key, p in pm.items():
+        old = b["chain_per_middleware"].get(key)
+        if old:
+            add(
+                f"chain tool call per middleware, {key}",
+                old["tool_call_us_per_mw"],
+                p["tool_call_us_per_mw"],
+                " \u00b5s",
+                1,
+            )
+    mem, bm = r.get("memory"), b["memory"]
+    if mem and mem["runs"] == bm["runs"]:
+        add(
+            f"worker RSS, {mem['runs']} runs in flight",
+            bm["in_flight_mib"],
+            mem["in_flight_mib"],
+            " MiB",
+            1,
         )
+        add(
+            f"Postgres connections, {mem['runs']} runs in flight",
+            bm["pg_connections"],
+            mem["pg_connections"],
+            "",
+            0,
+        )
+        add(
+            "Postgres max_connections the benchmark ran with",
+            float(b["max_connections"]),
+            float(r["postgres"]["max_connections"]),
+            "",
+            0,
+        )
+    same = (
+        ""
+        if b["sizes"] == r["sizes"]
+        else (
+            f" **The sizes differ** (before: `{b['sizes']['name']}`, now: "
+            f"`{r['sizes']['name']}`): these rows are not comparable."
+        )
+    )
     return (
-        "What the profiles and the chain table point at, and the fixes measured here "
-        "(applied by the benchmark as substitutes in `bench/profile.py`; the product code "
-        "is unchanged):\n\n"
-        "1. `RepeatCall` keeps a counter per distinct tool call of the run in "
-        "`state_json` (`private.repeat_call.counts`; unbounded before commit abf51c3, "
-        "the last 256 since). Every tool call validates and re-dumps the whole map "
-        "(pydantic), and every checkpoint and tool-result write sends it to Postgres as a "
-        "new `runs` row version (TOASTed once large): cost and bytes grow with the turns "
-        "so far, up to the bound (`iterencode` in the first profile). Measured fix: keep "
-        f"only the last {window} distinct calls, as an ordered list of `[key, count]` "
-        "pairs: smaller, and jsonb does not keep object key order, so a dict's "
-        "oldest-first order is lost when a resumed run reloads it.\n"
-        "2. `Chain.__init__` discovers capabilities with `isinstance` on "
-        "`runtime_checkable` protocols, 5 per middleware, once per run attempt; typing "
-        "walks each protocol's attributes every time (`_get_protocol_attrs`, "
-        "`__instancecheck__` in the second profile). Fix: cache the answer per middleware "
-        "class.\n"
-        "3. Every `pool.fetch*`/`execute` on the hot path is followed, at release, by "
-        "asyncpg's reset query (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; "
-        "RESET ALL`), a second round trip per statement (`socket.send`). The hot path "
-        "keeps no session state on pool connections, so the pool can be created with "
-        "`reset=` a no-op coroutine (asyncpg still rolls back an open transaction).\n\n"
-        "Same Postgres, variants rotating order every repetition:\n\n" + table(head, rows)
+        f"The benchmarks above against the same benchmarks as recorded on {b['commit']} "
+        f"(medians; change = after \u00f7 before). These are two `make bench` runs on one "
+        f"machine at different times, not alternating repetitions of one run: a change of "
+        f"a few percent is within run-to-run noise.{same}"
+        "\n\n"
+        + table(
+            ["", f"before ({b['commit']})", f"after ({r['versions'].get('git')})", "change"], rows
+        )
     )
 
 
 def budget_section(r: dict[str, Any]) -> str:
+    mem = r.get("memory")
+    conns = f" {mem['pg_connections']} with {mem['runs']} runs in flight." if mem else ""
     return (
         "## Reading against DESIGN.md \u00a711\n\n"
         "- *Per turn: one commit plus one per completed tool call*: the per-turn rows above "
@@ -505,7 +353,7 @@ def budget_section(r: dict[str, Any]) -> str:
         "- *Flat in history length*: see Profiling.\n"
         "- *Per middleware per call: microseconds, tracing on*: see the chain table.\n"
         "- *Per worker, not per run*: the memory section lists the Postgres connections a "
-        "worker opens with many runs in flight.\n"
+        f"worker opens with many runs in flight:{conns}\n"
     )
 
 

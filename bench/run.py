@@ -179,7 +179,7 @@ async def run_all(
     if want("memory"):
         res["memory"] = await bench_memory(admin, sizes)
     if want("profile"):
-        res["profile"] = await profile.profile_all(admin, sizes)
+        res["profile"] = await profile.profile_all(admin, sizes, res["versions"]["git"])
         log("profile done")
     res["wall_s"] = time.perf_counter() - started
     return res

@@ -29,6 +29,7 @@ from bench.common import (
 )
 from bench.procs import HANGO_RUN, Procs, cpu_seconds, hango_env, rss_bytes
 from bench.workers import FLOOR_CHANNEL, FLOOR_ENQUEUE, FLOOR_SCHEMA
+from hango_worker import service
 from hango_worker.store import db, repo
 
 AGENT = "bench"
@@ -329,6 +330,7 @@ async def memory(dsn: str, runs: int, delay_s: float) -> dict[str, Any]:
         await procs.stop()
         await conn.close()
     peak = max(samples) if samples else 0
+    pool_size = getattr(service, "pool_size", None)  # absent before commit 6347935
     return {
         "runs": runs,
         "idle_mib": idle / 2**20,
@@ -338,6 +340,7 @@ async def memory(dsn: str, runs: int, delay_s: float) -> dict[str, Any]:
         "pg_connections": conns,
         "samples": len(samples),
         "concurrency_setting": runs,
+        "pool_max_size": pool_size(runs) if pool_size else None,
     }
 
 

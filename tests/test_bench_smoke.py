@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import profile, report
 from bench.common import SMOKE, have, windows_for
 from bench.run import run_all, write_results
 
@@ -68,6 +68,23 @@ def check_chain(ch: dict[str, Any]) -> None:
     assert int(ch["history_messages"]["1000"]) >= 1000
 
 
+def check_profile(p: dict[str, Any]) -> None:
+    """After = the code as it is (+ a substitute for each fix not shipped); before = recorded."""
+    ships = p["shipped"]
+    assert ships["repeat_max_tracked"] and ships["pool_size_for"]["max_size"] > 0
+    after = p["after"]
+    expected = {"after"} | (set() if ships["pool_reset_skipped"] else {"after+no_pool_reset"})
+    assert set(after) == expected
+    for v in after.values():
+        assert positive(v["chain_tool_call_us_h1000"]["median"])
+        assert positive(v["mean_turn_ms"]["median"])
+        assert positive(v["runs_per_s_in_process"]["median"])
+    before = p["before"]  # bench/results/*-before-fixes.json, recorded on the earlier code
+    assert before is not None and before["commit"] == profile.BEFORE_COMMIT
+    assert positive(before["profile"]["mean_turn_ms"]["median"])
+    assert before["memory"]["pg_connections"] > 0
+
+
 def with_alternatives(res: dict[str, Any]) -> dict[str, Any]:
     """A synthetic results dict with the alternatives' entries (copied from hango's)."""
     r = copy.deepcopy(res)
@@ -92,12 +109,7 @@ async def test_every_benchmark_runs_at_tiny_sizes(pg_admin_dsn: str, tmp_path: P
     check_per_turn(res["per_turn"])
     check_processes(res)
     check_chain(res["chain"])
-    ba = res["profile"]["before_after"]
-    assert set(ba) == {"before", "bounded_repeat", "all_fixes"}
-    for v in ba.values():
-        assert positive(v["chain_tool_call_us_h1000"]["median"])
-        assert positive(v["mean_turn_ms"]["median"])
-        assert positive(v["runs_per_s_in_process"]["median"])
+    check_profile(res["profile"])
 
     path = write_results(res, tmp_path / "results")
     assert json.loads(path.read_text())["per_turn"]["turns"] == SMOKE.turns
@@ -111,4 +123,5 @@ async def test_every_benchmark_runs_at_tiny_sizes(pg_admin_dsn: str, tmp_path: P
             assert title in text
         assert (tmp_path / "plot.png").exists() == have("matplotlib")
     assert "pgqueuer: no-op jobs" in text and 'durability="sync"' in text
+    assert f"**before**: {profile.BEFORE_COMMIT}" in text and "**after**:" in text
     assert "smoke" not in text  # the synthetic full-size dict has no size warning
