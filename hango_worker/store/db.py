@@ -13,6 +13,13 @@ async def _init(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """Skip asyncpg's per-release reset query (UNLISTEN *, RESET ALL, …): pool
+    connections keep no session state (LISTEN has its own connection), and the
+    reset is an extra round trip after every hot-path statement. An open
+    transaction is still rolled back by asyncpg itself."""
+
+
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         _asyncpg_dsn(dsn),
@@ -20,6 +27,7 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
         max_size=max_size,
         init=_init,
         statement_cache_size=256,
+        reset=_no_reset,
     )
 
 
