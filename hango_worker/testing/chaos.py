@@ -52,7 +52,7 @@ def _env(dsn: str, script_path: Path) -> dict[str, str]:
         "HANGO_LEASE_S": "3",
         "HANGO_MAX_ATTEMPTS": "100",
         "HANGO_TOOL_MODULES": "hango_worker.testing.chaos_tools:TOOLS",
-        "HANGO_WORKER_CONCURRENCY": "16",
+        "HANGO_WORKER_CONCURRENCY": "8",
         "HANGO_POLL_INTERVAL_S": "0.5",
         "HANGO_METRICS_PORT": "0",
         "HANGO_LOG_LEVEL": "ERROR",
@@ -75,7 +75,7 @@ async def _prepare(pool: asyncpg.Pool, runs: int, turns: int, tmp: Path) -> tupl
     await repo.ensure_default_tenant(pool)
     await ensure_table(pool)
     path = tmp / "script.json"
-    path.write_text(json.dumps(script(turns, "step", 0.05)))
+    path.write_text(json.dumps(script(turns, "step", 0.2)))
     await repo.create_agent(
         pool,
         tenant_id=repo.DEFAULT_TENANT_ID,
