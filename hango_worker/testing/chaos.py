@@ -71,11 +71,13 @@ async def _spawn(env: dict[str, str]) -> asyncio.subprocess.Process:
     )
 
 
-async def _prepare(pool: asyncpg.Pool, runs: int, turns: int, tmp: Path) -> tuple[Path, list[str]]:
+async def _prepare(
+    pool: asyncpg.Pool, runs: int, turns: int, tmp: Path, sleep_s: float
+) -> tuple[Path, list[str]]:
     await repo.ensure_default_tenant(pool)
     await ensure_table(pool)
     path = tmp / "script.json"
-    path.write_text(json.dumps(script(turns, "step", 0.2)))
+    path.write_text(json.dumps(script(turns, "step", sleep_s)))
     await repo.create_agent(
         pool,
         tenant_id=repo.DEFAULT_TENANT_ID,
@@ -120,12 +122,14 @@ async def _storm(pool: asyncpg.Pool, env: dict[str, str], workers: int, deadline
     return kills
 
 
-async def chaos(dsn: str, runs: int, turns: int, workers: int, limit_s: float) -> dict[str, Any]:
+async def chaos(
+    dsn: str, runs: int, turns: int, workers: int, limit_s: float, sleep_s: float = 0.5
+) -> dict[str, Any]:
     await migrate.upgrade(dsn, "head")
     pool = await db.create_pool(dsn, min_size=1, max_size=4)
     tmp = Path(tempfile.mkdtemp(prefix="hango-chaos-"))
     try:
-        path, ids = await _prepare(pool, runs, turns, tmp)
+        path, ids = await _prepare(pool, runs, turns, tmp, sleep_s)
         started = time.monotonic()
         kills = await _storm(pool, _env(dsn, path), workers, started + limit_s)
         wall = time.monotonic() - started
@@ -154,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--limit-s", type=float, default=900)
+    ap.add_argument("--tool-sleep-s", type=float, default=0.5, help="max sleep per tool call")
     a = ap.parse_args(argv)
     server = None
     dsn = os.environ.get("HANGO_DATABASE_URL")
@@ -161,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if not dsn:
         server, dsn = embedded.start(root)
     try:
-        report = asyncio.run(chaos(dsn, a.runs, a.turns, a.workers, a.limit_s))
+        report = asyncio.run(chaos(dsn, a.runs, a.turns, a.workers, a.limit_s, a.tool_sleep_s))
     finally:
         if server is not None:
             embedded.stop(server)
