@@ -296,3 +296,23 @@ async def test_a_resumed_run_stays_in_one_trace_linked_to_its_previous_attempt(
     first, second = roots
     assert first.context.trace_id == second.context.trace_id
     assert [link.context.trace_id for link in second.links] == [first.context.trace_id]
+
+
+async def test_capture_content_is_opt_in(spans: Any) -> None:
+    from hango_worker.testing.memory import run_agent
+    from tests.helpers import agent
+
+    provider = scripted(
+        {"text": SECRET_TEXT, "tool_calls": [call("calculator", expression="1+1")]}, {"text": "ok"}
+    )
+    await run_agent(agent(), provider, capture_content=False)
+    assert SECRET_TEXT not in json.dumps([dict(s.attributes) for s in spans.all()])
+    spans.exporter.clear()
+    provider = scripted(
+        {"text": SECRET_TEXT, "tool_calls": [call("calculator", expression="1+1")]}, {"text": "ok"}
+    )
+    await run_agent(agent(), provider, capture_content=True)
+    chat = spans.named("chat ")[0]
+    assert SECRET_TEXT in chat.attributes["gen_ai.output.messages"]
+    tool = spans.named("execute_tool calculator")[0]
+    assert tool.attributes["gen_ai.tool.call.result"] == "2"

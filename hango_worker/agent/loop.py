@@ -328,6 +328,8 @@ class AgentLoop:
                 genai.end_chat_span_error(span, request, self.settings.provider_name, e, started)
                 raise
             genai.end_chat_span(span, request, resp, self.settings.provider_name, started)
+            if self.settings.capture_content:
+                genai.capture_chat_content(span, request, resp)
             return resp
 
     async def _race_cancel(self, coro: Any) -> ModelResponse:

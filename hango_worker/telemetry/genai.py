@@ -68,6 +68,21 @@ def chat_span(request: Any, provider_name: str) -> Iterator[Span]:
         yield span
 
 
+def capture_chat_content(span: Span, request: Any, resp: Any) -> None:
+    """Opt-in (HANGO_CAPTURE_CONTENT=true): the newest input message and the output.
+
+    Only the newest input message, not the whole history: the history is already
+    on earlier chat spans, and resending it on every span would make a turn's
+    cost grow with the length of the run."""
+    if request.messages:
+        span.set_attribute("gen_ai.input.messages", json.dumps([request.messages[-1].to_dict()]))
+    span.set_attribute("gen_ai.output.messages", json.dumps([resp.message.to_dict()]))
+    if request.system:
+        span.set_attribute(
+            "gen_ai.system_instructions", json.dumps([b.to_dict() for b in request.system])
+        )
+
+
 def end_chat_span(span: Span, request: Any, resp: Any, provider_name: str, started: float) -> None:
     span.set_attribute("gen_ai.response.id", resp.id)
     span.set_attribute("gen_ai.response.model", resp.model or request.model)

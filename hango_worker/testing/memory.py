@@ -87,6 +87,7 @@ async def run_agent(
     max_turns: int = 20,
     on_text: TextSink | None = None,
     info: RunInfo | None = None,
+    capture_content: bool = False,
 ) -> tuple[Outcome, State, MemoryRunIO]:
     """Drive one run attempt in memory. `stack=None` → the default stack for the agent."""
     registry = Registry(
@@ -97,7 +98,12 @@ async def run_agent(
         stack = default_stack(StackConfig(tuple(agent.tools), threshold))
     state = state or make_state(agent)
     io = io or MemoryRunIO()
-    settings = LoopSettings(max_turns=max_turns, retry_base_s=0.01, provider_name=provider.name)
+    settings = LoopSettings(
+        max_turns=max_turns,
+        retry_base_s=0.01,
+        provider_name=provider.name,
+        capture_content=capture_content,
+    )
     loop = AgentLoop(
         agent, Chain(stack), registry.view(agent.tools), provider, io, settings, on_text
     )
