@@ -295,3 +295,21 @@ async def test_repeat_window_order_survives_a_jsonb_round_trip(pool: Any) -> Non
     back.bump("new")
     assert "zzz-oldest" not in {k for k, _ in back.recent}
     assert back.recent[-1] == ("new", 1)
+
+
+async def test_repeat_metric_labels_only_known_tools() -> None:
+    from prometheus_client import REGISTRY
+
+    def blocked(label: str) -> float:
+        v = REGISTRY.get_sample_value(
+            "hango_middleware_repeat_blocked_total", {"gen_ai_tool_name": label}
+        )
+        return v or 0.0
+
+    made_up = call("made_up_tool_x9", q=1)
+    before = blocked("_unknown")
+    await run_agent(
+        agent(tools=["calculator"]), scripted(*[{"tool_calls": [made_up]}] * 3, {"text": "ok"})
+    )
+    assert blocked("_unknown") == before + 1
+    assert blocked("made_up_tool_x9") == 0.0

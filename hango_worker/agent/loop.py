@@ -259,7 +259,8 @@ class AgentLoop:
             call, self._tools.get(call.name), self.settings.capture_content
         ) as span:
             result = await self.chain.tool_call(
-                ToolCallRequest(call, state, ctx), self._base_tool_handler
+                ToolCallRequest(call, state, ctx, self._tools.get(call.name)),
+                self._base_tool_handler,
             )
             genai.end_tool_span(
                 span,

@@ -43,6 +43,7 @@ class ToolCallRequest:
     call: ToolUseBlock
     state: State
     context: ToolContext
+    tool: Tool | None = None  # the tool the name resolves to this turn (None: unknown)
 
     def with_call(self, **changes: Any) -> ToolCallRequest:
         return replace(self, call=replace(self.call, **changes))

@@ -81,7 +81,8 @@ class RepeatCall:
                 **{"gen_ai.tool.name": tool, "hango.repeat.count": prior + 1},
             )
             middleware_event("middleware.short_circuited", self.name, "repeated identical call")
-            metrics.MW_REPEAT_BLOCKED.labels(tool).inc()
+            # label only known tools: a model's made-up names must not grow the series
+            metrics.MW_REPEAT_BLOCKED.labels(tool if req.tool is not None else "_unknown").inc()
             metrics.MW_SHORT_CIRCUITS.labels(self.name).inc()
             return ToolResult.error(
                 f"this exact call was already made {prior} times; "
