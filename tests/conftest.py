@@ -22,17 +22,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from hango_worker.store import db, migrate, repo
 from hango_worker.telemetry.setup import TracingHandle, setup_tracing
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+from hango_worker.testing.network import require_loopback_anthropic
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """No test may reach the network: the real Anthropic API above all."""
-    base = os.environ.get("ANTHROPIC_BASE_URL")
-    if base and urlsplit(base).hostname not in LOOPBACK:
-        raise pytest.UsageError(
-            f"ANTHROPIC_BASE_URL={base!r} is not loopback; tests must not use it"
-        )
+    try:
+        require_loopback_anthropic()
+    except RuntimeError as e:
+        raise pytest.UsageError(str(e)) from None
     os.environ.pop("ANTHROPIC_API_KEY", None)
     os.environ["ANTHROPIC_OPEN_TELEMETRY"] = "false"
     for k in [k for k in os.environ if k.startswith("OTEL_")]:

@@ -10,14 +10,11 @@ the machine.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
-import os
 import statistics
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 import anthropic
 import pytest
@@ -47,34 +44,16 @@ from hango_worker.provider.types import (
     ToolUseBlock,
 )
 from hango_worker.testing.fake_anthropic import FakeAnthropic
+from hango_worker.testing.network import require_loopback_anthropic
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import ToolResult
 
 KEY = "sk-ant-test-0123456789-SECRET"
 MODEL = "claude-test-model"
-LOOPBACK_NAMES = {"localhost"}
-
-
-def assert_loopback_base_url() -> None:
-    """This suite must never reach the network: ANTHROPIC_BASE_URL, if set, is loopback."""
-    url = os.environ.get("ANTHROPIC_BASE_URL")
-    if not url:
-        return
-    host = urlsplit(url).hostname or ""
-    if host in LOOPBACK_NAMES:
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    assert loopback, f"ANTHROPIC_BASE_URL={url!r} is not a loopback address: refusing to run"
-
-
-assert_loopback_base_url()
 
 
 def test_anthropic_base_url_is_loopback_if_set() -> None:
-    assert_loopback_base_url()
+    require_loopback_anthropic()
 
 
 # -- fixtures / helpers ----------------------------------------------------------------------

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import http.client
-import ipaddress
 import json
-import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anthropic
 import pytest
@@ -33,32 +30,15 @@ from hango_worker.testing.fake_anthropic import (
     load_fake_script,
     parse_fake_script,
 )
+from hango_worker.testing.network import require_loopback_anthropic
 
 KEY = "sk-ant-fake-test-key"
 MODEL = "claude-test-model"
 VERSION = "2023-06-01"
 
 
-def assert_loopback_base_url() -> None:
-    """This suite must never reach the network: ANTHROPIC_BASE_URL, if set, is loopback."""
-    url = os.environ.get("ANTHROPIC_BASE_URL")
-    if not url:
-        return
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    assert loopback, f"ANTHROPIC_BASE_URL={url!r} is not a loopback address: refusing to run"
-
-
-assert_loopback_base_url()
-
-
 def test_anthropic_base_url_is_loopback_if_set() -> None:
-    assert_loopback_base_url()
+    require_loopback_anthropic()
 
 
 # -- helpers -------------------------------------------------------------------------------
