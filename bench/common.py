@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from hango_worker.store import db, migrate, repo
+from hango_worker.store import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,12 +156,7 @@ async def create_database(admin_dsn: str, prefix: str, *, migrated: bool) -> str
         await admin.close()
     dsn = with_database(admin_dsn, name)
     if migrated:
-        await migrate.upgrade(dsn, "head")
-        conn = await db.connect(dsn)
-        try:
-            await repo.ensure_default_tenant(conn)
-        finally:
-            await conn.close()
+        await migrate.upgrade_and_seed(dsn)
     return dsn
 
 

@@ -61,12 +61,7 @@ def _json(value: Any) -> str:
 
 async def cmd_migrate(s: Settings, a: argparse.Namespace) -> int:
     async with database(s) as dsn:
-        await migrate.upgrade(dsn, "head")
-        conn = await db.connect(dsn)
-        try:
-            await repo.ensure_default_tenant(conn)
-        finally:
-            await conn.close()
+        await migrate.upgrade_and_seed(dsn)
     print(f"migrated to {migrate.head_revision()}")
     return 0
 

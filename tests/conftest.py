@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from hango_worker.store import db, migrate, repo
+from hango_worker.store import db, migrate
 from hango_worker.telemetry.setup import TracingHandle, setup_tracing
 from hango_worker.testing.network import require_loopback_anthropic
 
@@ -66,10 +66,7 @@ async def template_db(pg_admin_dsn: str) -> AsyncIterator[str]:
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
         dsn = with_database(pg_admin_dsn, name)
-        await migrate.upgrade(dsn, "head")
-        conn = await db.connect(dsn)
-        await repo.ensure_default_tenant(conn)
-        await conn.close()
+        await migrate.upgrade_and_seed(dsn)
         yield name
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

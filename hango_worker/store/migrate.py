@@ -46,3 +46,15 @@ async def downgrade(dsn: str, revision: str) -> None:
 def current_revision_sync(connection: object) -> str | None:
     ctx = MigrationContext.configure(connection)  # type: ignore[arg-type]
     return ctx.get_current_revision()
+
+
+async def upgrade_and_seed(dsn: str) -> None:
+    """Migrate to head, then make sure the default tenant exists (what `migrate` does)."""
+    from hango_worker.store import db, repo
+
+    await upgrade(dsn, "head")
+    conn = await db.connect(dsn)
+    try:
+        await repo.ensure_default_tenant(conn)
+    finally:
+        await conn.close()
