@@ -26,8 +26,9 @@ async def test_two_worker_processes_drain_the_queue_exactly_once(
                 {
                     "text": "Adding.",
                     "tool_calls": [{"name": "calculator", "input": {"expression": "2+2"}}],
+                    "delay_s": 0.05,
                 },
-                {"text": "It is 4."},
+                {"text": "It is 4.", "delay_s": 0.05},
             ]
         )
     )
@@ -73,6 +74,8 @@ async def test_two_worker_processes_drain_the_queue_exactly_once(
     per_worker = await pool.fetch(
         "SELECT worker_id, count(*) AS n FROM run_events WHERE type = 'run_started' GROUP BY 1"
     )
+    # each run waits 0.1 s on its model: one process alone would need ~2.5 s, far longer
+    # than the other takes to start, so both must have taken a share
     assert len(per_worker) == 2, "both processes should have taken a share"
     stats = [json.loads(err.decode().strip().splitlines()[-1]) for _, err in outs]
     assert sum(s["claimed"] for s in stats) == RUNS
