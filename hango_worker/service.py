@@ -7,8 +7,6 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
-import asyncpg
-
 from hango_worker.config import Settings
 from hango_worker.provider.types import Provider
 from hango_worker.run.execute import RunDeps, RunObserver
@@ -28,13 +26,21 @@ def pool_size(concurrency: int) -> int:
     return min(concurrency, 16) + 4
 
 
-def readiness(pool: asyncpg.Pool) -> Callable[[], Awaitable[bool]]:
-    """`/readyz`: the database answers and is migrated to this code's head revision."""
+def readiness(dsn: str) -> Callable[[], Awaitable[bool]]:
+    """`/readyz`: the database answers and is migrated to this code's head revision.
+
+    A connection of its own per probe: a probe that times out must not leave a
+    half-cancelled query on a connection the runs share."""
     head = head_revision()
 
     async def check() -> bool:
         async with asyncio.timeout(3):
-            version = await pool.fetchval("SELECT version_num FROM alembic_version")
+            conn = await db.connect(dsn)
+        try:
+            async with asyncio.timeout(3):
+                version = await conn.fetchval("SELECT version_num FROM alembic_version")
+        finally:
+            conn.terminate()
         return bool(version == head)
 
     return check
@@ -67,7 +73,7 @@ async def serve(
     server: MetricsServer | None = None
     try:
         if metrics:
-            server = await start_metrics_server(settings.metrics_port, readiness(pool))
+            server = await start_metrics_server(settings.metrics_port, readiness(dsn))
             log.info("metrics on :%d/metrics", server.port)
         deps = RunDeps(pool, settings, registry, provider, settings.effective_worker_id(), observer)
         worker = Worker(deps, dsn)

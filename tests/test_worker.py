@@ -162,3 +162,33 @@ async def test_cancel_mid_run_then_resume_keeps_plan_and_repeat_counts(
     assert last_results[-1]["is_error"] and "already made 2 times" in last_results[-1]["content"]
     assert run["state_json"]["todos"] == PLAN
     assert json.dumps(run["transcript"]).count('"text": "finished"') == 1
+
+
+async def test_enqueue_checks_agent_session_and_tenant(pool: asyncpg.Pool) -> None:
+    import pytest
+
+    await make_agent(pool, name="one", tools=[])
+    await make_agent(pool, name="two", tools=[])
+    first = await repo.enqueue(pool, tenant_id=repo.DEFAULT_TENANT_ID, agent="one", input_text="x")
+    again = await repo.enqueue(
+        pool,
+        tenant_id=repo.DEFAULT_TENANT_ID,
+        agent="one",
+        input_text="y",
+        session_id=first["session_id"],
+    )
+    assert again["session_id"] == first["session_id"] and again["run_id"] != first["run_id"]
+    other_tenant = "00000000-0000-0000-0000-0000000000aa"
+    await pool.execute("INSERT INTO tenants (id, name) VALUES ($1, 'other')", other_tenant)
+    cases = [
+        ({"agent": "ghost"}, "no agent 'ghost'"),
+        ({"agent": "two", "session_id": first["session_id"]}, "no session"),  # another agent's
+        ({"agent": "one", "session_id": "nope"}, "not a session id"),
+        ({"agent": "one", "tenant_id": other_tenant}, "no agent 'one'"),
+    ]
+    for kwargs, message in cases:
+        args: dict[str, Any] = {"tenant_id": repo.DEFAULT_TENANT_ID, "input_text": "z", **kwargs}
+        with pytest.raises(repo.NotFound, match=message):
+            await repo.enqueue(pool, **args)
+    assert await pool.fetchval("SELECT count(*) FROM runs") == 2
+    assert await pool.fetchval("SELECT count(*) FROM sessions") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -32,6 +33,7 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.CannotConnectNowError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    asyncpg.InternalClientError,  # a pooled connection left mid-protocol by a lost server
     TimeoutError,
 )
 
@@ -61,7 +63,20 @@ class Claim:
         )
 
 
-async def with_reconnect(op: Callable[[], Awaitable[T]], *, deadline_s: float, what: str) -> T:
+async def discard_connections(pool: asyncpg.Pool) -> None:
+    """After a connection-level error, replace every idle pooled connection: they
+    may be dead (server restarted) or stuck mid-protocol, and must not be reused."""
+    with contextlib.suppress(Exception):
+        await pool.expire_connections()
+
+
+async def with_reconnect(
+    op: Callable[[], Awaitable[T]],
+    *,
+    deadline_s: float,
+    what: str,
+    pool: asyncpg.Pool | None = None,
+) -> T:
     """Retry `op` while Postgres is unreachable, with backoff, up to deadline_s."""
     loop = asyncio.get_running_loop()
     until = loop.time() + deadline_s
@@ -73,6 +88,8 @@ async def with_reconnect(op: Callable[[], Awaitable[T]], *, deadline_s: float, w
             if loop.time() + delay > until:
                 raise
             log.warning("database unreachable during %s (%s); retrying in %.1fs", what, e, delay)
+            if pool is not None:
+                await discard_connections(pool)
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, 5.0)
 
@@ -136,7 +153,9 @@ class PgRunIO:
                 raise
             return int(row["fenced"]), bool(row["cancel"])
 
-        n, cancel = await with_reconnect(once, deadline_s=self.lease_s, what="checkpoint")
+        n, cancel = await with_reconnect(
+            once, deadline_s=self.lease_s, what="checkpoint", pool=self.pool
+        )
         self.writes += 1
         if n == 0:
             self.lost = True

@@ -18,7 +18,7 @@ import asyncpg
 
 from hango_worker.agent.ports import Fenced
 from hango_worker.run.execute import RunDeps, execute
-from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO
+from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, discard_connections
 from hango_worker.run.listener import Listener
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
@@ -133,6 +133,12 @@ class Worker:
             rows = await self.deps.pool.fetch(sql.CLAIM, self.worker_id, n, self.settings.lease_s)
         except CONNECTION_ERRORS as e:
             log.warning("claim failed, database unreachable: %s", e)
+            await discard_connections(self.deps.pool)
+            await asyncio.sleep(0.2)
+            return 0
+        except Exception:  # never let one bad claim take the worker down
+            log.exception("claim failed")
+            await asyncio.sleep(1.0)
             return 0
         sessions: set[str] = set()
         count = 0
@@ -219,7 +225,10 @@ class Worker:
         interval = self.settings.lease_s / 3
         while True:
             await asyncio.sleep(interval)
-            await self.heartbeat()
+            try:
+                await self.heartbeat()
+            except Exception:  # a background loop must outlive any one failure
+                log.exception("heartbeat failed")
 
     async def heartbeat(self) -> None:
         ids = [rid for rid, f in self._inflight.items() if f.io is not None and not f.io.lost]
@@ -231,6 +240,7 @@ class Worker:
             )
         except CONNECTION_ERRORS as e:
             log.warning("heartbeat failed, database unreachable: %s", e)
+            await discard_connections(self.deps.pool)
             return
         alive = {r["id"]: r for r in rows}
         for rid in ids:
@@ -247,7 +257,10 @@ class Worker:
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.lease_s / 2 * random.uniform(0.5, 1.0))
-            await self.sweep()
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("reclaim sweep failed")
 
     async def sweep(self) -> int:
         """Put runs with expired leases back in the queue; refresh queue gauges."""

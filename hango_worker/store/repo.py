@@ -90,38 +90,55 @@ async def enqueue(
     input_text: str,
     session_id: str | None = None,
 ) -> dict[str, str]:
-    """Queue a run (new session unless one is given) and wake idle workers."""
-    a = await find_agent(db, tenant_id, agent)
+    """Queue a run (new session unless one is given) and wake idle workers.
+
+    One statement, so one round trip and one commit: find the agent, create or
+    check the session, insert the run, notify (sent when it commits)."""
+    if session_id is not None:
+        try:
+            uuid.UUID(session_id)
+        except ValueError:
+            raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
     run_id = str(uuid.uuid4())
-    async with db.acquire() as conn, conn.transaction():
-        if session_id is None:
-            session_id = str(uuid.uuid4())
-            await conn.execute(
-                "INSERT INTO sessions (id, tenant_id, agent_id) VALUES ($1, $2, $3)",
-                session_id,
-                tenant_id,
-                a["id"],
-            )
-        else:
-            ok = await conn.fetchval(
-                "SELECT 1 FROM sessions WHERE id::text = $1 AND tenant_id = $2 AND agent_id = $3",
-                session_id,
-                tenant_id,
-                a["id"],
-            )
-            if ok is None:
-                raise NotFound(f"no session {session_id} for agent {a['name']!r} in this tenant")
-        await conn.execute(
-            "INSERT INTO runs (id, tenant_id, session_id, agent_id, input) "
-            "VALUES ($1, $2, $3, $4, $5)",
-            run_id,
-            tenant_id,
-            session_id,
-            a["id"],
-            {"text": input_text},
-        )
-        await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, run_id)
-    return {"run_id": run_id, "session_id": session_id}
+    row = await db.fetchrow(
+        ENQUEUE,
+        tenant_id,
+        agent,
+        str(uuid.uuid4()),
+        session_id,
+        run_id,
+        {"text": input_text},
+        NOTIFY_CHANNEL,
+    )
+    if row is None or row["agent_id"] is None:
+        raise NotFound(f"no agent {agent!r} in this tenant")
+    if row["session_id"] is None:
+        raise NotFound(f"no session {session_id} for agent {agent!r} in this tenant")
+    return {"run_id": run_id, "session_id": str(row["session_id"])}
+
+
+ENQUEUE = """
+WITH a AS (
+    SELECT id FROM agents WHERE tenant_id = $1 AND (name = $2 OR id::text = $2) LIMIT 1
+), new_session AS (
+    INSERT INTO sessions (id, tenant_id, agent_id)
+    SELECT $3, $1, a.id FROM a WHERE $4::uuid IS NULL
+    RETURNING id
+), target AS (
+    SELECT id FROM new_session
+    UNION ALL
+    SELECT se.id FROM sessions se, a
+    WHERE $4::uuid IS NOT NULL AND se.id = $4::uuid AND se.tenant_id = $1 AND se.agent_id = a.id
+), r AS (
+    INSERT INTO runs (id, tenant_id, session_id, agent_id, input)
+    SELECT $5, $1, target.id, a.id, $6 FROM target, a
+    RETURNING id, session_id
+), n AS (
+    SELECT pg_notify($7, r.id::text) FROM r
+)
+SELECT (SELECT id::text FROM a) AS agent_id, (SELECT session_id::text FROM r) AS session_id,
+    (SELECT count(*) FROM n) AS notified
+"""
 
 
 RUN_COLUMNS = (
