@@ -127,7 +127,6 @@ class PgRunIO:
         self.lost = False
         self._msg_seq = next_message_seq
         self._event_seq = next_event_seq
-        self.writes = 0
 
     def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
         if self.cancel_event.is_set():
@@ -156,7 +155,6 @@ class PgRunIO:
         n, cancel = await with_reconnect(
             once, deadline_s=self.lease_s, what="checkpoint", pool=self.pool
         )
-        self.writes += 1
         if n == 0:
             self.lost = True
             raise Fenced(self.claim.run_id)

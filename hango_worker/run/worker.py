@@ -53,7 +53,6 @@ class Worker:
         self._inflight: dict[str, InFlight] = {}
         self._wake = asyncio.Event()
         self._stopping = False
-        self._stopped = asyncio.Event()
         self._listener = Listener(dsn, self._wake.set, self._on_cancel)
         self._background: list[asyncio.Task[None]] = []
 
@@ -80,7 +79,6 @@ class Worker:
                     await t
             await self._listener.stop()
             await self.deps.text.stop()
-            self._stopped.set()
         return self.stats
 
     def request_shutdown(self) -> None:

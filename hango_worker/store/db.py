@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import asyncpg
 
@@ -51,6 +50,3 @@ def redact(dsn: str) -> str:
     creds, host = rest.rsplit("@", 1)
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}@{host}"
-
-
-Record = dict[str, Any]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 HERE = Path(__file__).parent
@@ -41,11 +40,6 @@ async def upgrade(dsn: str, revision: str = "head") -> None:
 
 async def downgrade(dsn: str, revision: str) -> None:
     await asyncio.to_thread(command.downgrade, alembic_config(dsn), revision)
-
-
-def current_revision_sync(connection: object) -> str | None:
-    ctx = MigrationContext.configure(connection)  # type: ignore[arg-type]
-    return ctx.get_current_revision()
 
 
 async def upgrade_and_seed(dsn: str) -> None:
