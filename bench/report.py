@@ -102,7 +102,7 @@ def profiling_section(r: dict[str, Any]) -> str:
             else 0.0
         )
         parts.append(
-            "DESIGN.md \u00a711 asks that turn 500 cost what turn 5 costs. Measured above, "
+            "docs/design.md \u00a711 asks that turn 500 cost what turn 5 costs. Measured above, "
             f"hango-worker's turns {last} cost {x(grow)} its turns {first} (wall), and "
             f"the table growth per turn is {x(bgrow)} from the first window to the last."
         )
@@ -347,7 +347,7 @@ def budget_section(r: dict[str, Any]) -> str:
     mem = r.get("memory")
     conns = f" {mem['pg_connections']} with {mem['runs']} runs in flight." if mem else ""
     return (
-        "## Reading against DESIGN.md \u00a711\n\n"
+        "## Reading against docs/design.md \u00a711\n\n"
         "- *Per turn: one commit plus one per completed tool call*: the per-turn rows above "
         "are exactly that (one `CHECKPOINT` and one `RECORD_TOOL` statement per turn).\n"
         "- *Flat in history length*: see Profiling.\n"
