@@ -1,4 +1,4 @@
-"""alembic upgrade head == the SQLAlchemy metadata; one downgrade step drops runs.state_json."""
+"""alembic upgrade head == the SQLAlchemy metadata; downgrades drop what each step added."""
 
 from __future__ import annotations
 
@@ -39,13 +39,19 @@ async def test_upgrade_head_matches_metadata(empty_dsn: str) -> None:
     assert await _diff(empty_dsn) == []
 
 
-async def test_one_downgrade_step_drops_state_json_and_upgrade_restores_it(empty_dsn: str) -> None:
+async def test_one_downgrade_step_drops_queue_columns_and_upgrade_restores_them(
+    empty_dsn: str,
+) -> None:
     await migrate.upgrade(empty_dsn, "head")
-    assert "state_json" in await _columns(empty_dsn, "runs")
+    assert {"queued_at", "idempotency_key"} <= await _columns(empty_dsn, "runs")
+    assert "message_seq" in await _columns(empty_dsn, "tool_calls")
     await migrate.downgrade(empty_dsn, "-1")
     cols = await _columns(empty_dsn, "runs")
-    assert "state_json" not in cols
-    assert {"id", "status", "attempt", "lease_owner"} <= cols
+    assert not {"queued_at", "idempotency_key"} & cols
+    assert "message_seq" not in await _columns(empty_dsn, "tool_calls")
+    assert {"id", "status", "attempt", "lease_owner", "state_json"} <= cols
+    await migrate.downgrade(empty_dsn, "-1")
+    assert "state_json" not in await _columns(empty_dsn, "runs")
     await migrate.upgrade(empty_dsn, "head")
     assert await _diff(empty_dsn) == []
 

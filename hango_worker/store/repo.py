@@ -198,13 +198,22 @@ async def list_runs(
     return [dict(r) for r in rows]
 
 
+# A running run with no lease (edited by hand): no worker holds it, none ever will.
+NO_LEASE = "(status = 'running' AND (lease_owner IS NULL OR lease_expires_at IS NULL))"
+
+
 async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
-    """Queued runs are cancelled at once; running ones at their next turn boundary."""
+    """Queued runs (and running ones no worker holds) are cancelled at once; running
+    ones at their next turn boundary. The request survives a takeover: only resume
+    clears it."""
     await get_run(db, tenant_id, run_id)
+    now_ = f"(status = 'queued' OR {NO_LEASE})"
     row = await db.fetchrow(
-        "UPDATE runs SET cancel_requested = (status = 'running'), "
-        "status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END, "
-        "finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END "
+        f"UPDATE runs SET cancel_requested = NOT {now_}, "
+        f"status = CASE WHEN {now_} THEN 'cancelled' ELSE status END, "
+        f"finished_at = CASE WHEN {now_} THEN now() ELSE finished_at END, "
+        f"lease_owner = CASE WHEN {now_} THEN NULL ELSE lease_owner END, "
+        f"lease_expires_at = CASE WHEN {now_} THEN NULL ELSE lease_expires_at END "
         "WHERE id = $1 AND tenant_id = $2 AND status IN ('queued', 'running') RETURNING status",
         run_id,
         tenant_id,
@@ -216,15 +225,21 @@ async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
 
 
 async def resume(db: asyncpg.Pool, tenant_id: str, run_id: str) -> None:
-    """Re-queue a cancelled or failed run; it continues from its checkpoint."""
+    """Re-queue a cancelled or failed run (or a running one no worker holds); it
+    continues from its checkpoint. Clears a pending cancel request."""
     await get_run(db, tenant_id, run_id)
     done = await db.fetchval(
         "UPDATE runs SET status = 'queued', cancel_requested = false, error = NULL, "
-        "finished_at = NULL, lost_count = 0 "
-        "WHERE id = $1 AND tenant_id = $2 AND status IN ('cancelled', 'failed') RETURNING 1",
+        "finished_at = NULL, lost_count = 0, queued_at = now(), lease_owner = NULL, "
+        "lease_expires_at = NULL "
+        f"WHERE id = $1 AND tenant_id = $2 AND (status IN ('cancelled', 'failed') OR {NO_LEASE}) "
+        "RETURNING 1",
         run_id,
         tenant_id,
     )
     if done is None:
-        raise Conflict(f"run {run_id} is not cancelled or failed; only those can be resumed")
+        raise Conflict(
+            f"run {run_id} is not cancelled or failed; only those (and running runs that no "
+            "worker holds) can be resumed"
+        )
     await db.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, run_id)
