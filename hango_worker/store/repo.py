@@ -5,6 +5,7 @@ Every query that touches a run is scoped by tenant.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -141,8 +142,11 @@ SELECT (SELECT id::text FROM a) AS agent_id, (SELECT session_id::text FROM r) AS
 """
 
 
+# input and state_json come back as text and are decoded here: an undecodable row
+# (nested too deeply, …) is shown as unreadable, never a traceback.
 RUN_COLUMNS = (
-    "id::text, tenant_id::text, session_id::text, agent_id::text, status, input, state_json, "
+    "id::text, tenant_id::text, session_id::text, agent_id::text, status, "
+    "input::text AS input, state_json::text AS state_json, "
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
     "started_at, finished_at"
 )
@@ -158,17 +162,33 @@ async def get_run(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, An
     )
     if row is None:
         raise NotFound(f"no run {run_id} in this tenant")
-    return dict(row)
+    run = dict(row)
+    run["input"] = readable_json(run["input"])
+    run["state_json"] = readable_json(run["state_json"])
+    return run
+
+
+def readable_json(raw: str | None) -> Any:
+    """Decode jsonb fetched as text; what cannot be decoded becomes a short note."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        return "<unreadable: nested too deeply>"
+    except Exception as e:
+        return f"<unreadable: {type(e).__name__}>"
 
 
 async def run_details(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, Any]:
     run = await get_run(db, tenant_id, run_id)
     msgs = await db.fetch(
-        "SELECT seq, run_id::text, role, content FROM messages WHERE session_id = $1 ORDER BY seq",
+        "SELECT seq, run_id::text, role, content::text AS content FROM messages "
+        "WHERE session_id = $1 ORDER BY seq",
         run["session_id"],
     )
     events = await run_events(db, run_id, after=0)
-    run["transcript"] = [dict(m) for m in msgs]
+    run["transcript"] = [{**m, "content": readable_json(m["content"])} for m in msgs]
     run["events"] = events
     return run
 
