@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
-from hango_worker.store.sql import CANCEL_CHANNEL, NOTIFY_CHANNEL
+from hango_worker.store.sql import CANCEL_CHANNEL, DONE_CHANNEL, NOTIFY_CHANNEL
 
 DEFAULT_TENANT_ID = "00000000-0000-0000-0000-000000000001"
 DEFAULT_TENANT_NAME = "default"
@@ -83,23 +84,61 @@ async def find_agent(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[
     return dict(row)
 
 
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What an enqueue returns. `created` is False when an earlier enqueue with the
+    same idempotency key already queued this run. `r["run_id"]` works too."""
+
+    run_id: str
+    session_id: str
+    created: bool = True
+
+    def __getitem__(self, key: str) -> str:
+        if key not in ("run_id", "session_id"):
+            raise KeyError(key)
+        return str(getattr(self, key))
+
+
 async def enqueue(
-    db: asyncpg.Pool,
+    db: asyncpg.Pool | asyncpg.Connection,
     *,
     tenant_id: str,
     agent: str,
     input_text: str,
     session_id: str | None = None,
 ) -> dict[str, str]:
+    """Queue a run (new session unless one is given); `{"run_id", "session_id"}`."""
+    r = await enqueue_run(
+        db, tenant_id=tenant_id, agent=agent, input_text=input_text, session_id=session_id
+    )
+    return {"run_id": r.run_id, "session_id": r.session_id}
+
+
+async def enqueue_run(
+    db: asyncpg.Pool | asyncpg.Connection,
+    *,
+    tenant_id: str,
+    agent: str,
+    input_text: str,
+    session_id: str | None = None,
+    idempotency_key: str | None = None,
+) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers.
 
-    One statement, so one round trip and one commit: find the agent, create or
-    check the session, insert the run, notify (sent when it commits)."""
+    One statement, so one round trip: find the agent, create or check the session,
+    insert the run, notify (sent when it commits). On a connection inside the
+    caller's transaction, the run is queued if and only if that transaction
+    commits. With an idempotency key, a run already queued under that key (this
+    tenant) is returned instead of a new one."""
     if session_id is not None:
         try:
             uuid.UUID(session_id)
         except ValueError:
             raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
+    if idempotency_key is not None:
+        prior = await _by_key(db, tenant_id, idempotency_key)
+        if prior is not None:
+            return prior
     run_id = str(uuid.uuid4())
     row = await db.fetchrow(
         ENQUEUE,
@@ -108,14 +147,30 @@ async def enqueue(
         str(uuid.uuid4()),
         session_id,
         run_id,
-        {"text": input_text},
+        json.dumps({"text": input_text}, ensure_ascii=False),
         NOTIFY_CHANNEL,
+        idempotency_key,
     )
     if row is None or row["agent_id"] is None:
         raise NotFound(f"no agent {agent!r} in this tenant")
     if row["session_id"] is None:
+        if idempotency_key is not None:  # lost a race to an enqueue with the same key
+            prior = await _by_key(db, tenant_id, idempotency_key)
+            if prior is not None:
+                return prior
         raise NotFound(f"no session {session_id} for agent {agent!r} in this tenant")
-    return {"run_id": run_id, "session_id": str(row["session_id"])}
+    return Enqueued(run_id, str(row["session_id"]))
+
+
+async def _by_key(
+    db: asyncpg.Pool | asyncpg.Connection, tenant_id: str, key: str
+) -> Enqueued | None:
+    row = await db.fetchrow(
+        "SELECT id::text, session_id::text FROM runs WHERE tenant_id = $1 AND idempotency_key = $2",
+        tenant_id,
+        key,
+    )
+    return None if row is None else Enqueued(row["id"], row["session_id"], created=False)
 
 
 ENQUEUE = """
@@ -131,8 +186,9 @@ WITH a AS (
     SELECT se.id FROM sessions se, a
     WHERE $4::uuid IS NOT NULL AND se.id = $4::uuid AND se.tenant_id = $1 AND se.agent_id = a.id
 ), r AS (
-    INSERT INTO runs (id, tenant_id, session_id, agent_id, input)
-    SELECT $5, $1, target.id, a.id, $6 FROM target, a
+    INSERT INTO runs (id, tenant_id, session_id, agent_id, input, idempotency_key)
+    SELECT $5, $1, target.id, a.id, $6::text::jsonb, $8::text FROM target, a
+    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, session_id
 ), n AS (
     SELECT pg_notify($7, r.id::text) FROM r
@@ -241,6 +297,8 @@ async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
     if row is None:
         raise Conflict(f"run {run_id} has already finished; nothing to cancel")
     await db.execute("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, run_id)
+    if row["status"] == "cancelled":
+        await db.execute("SELECT pg_notify($1, $2)", DONE_CHANNEL, run_id)
     return str(row["status"])
 
 

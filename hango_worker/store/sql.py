@@ -11,6 +11,8 @@ cancel was requested, so a cancel is seen at the very next write.
 NOTIFY_CHANNEL = "hango_runs"
 CANCEL_CHANNEL = "hango_cancel"
 TEXT_CHANNEL = "hango_text"
+# payload: a run id; sent (on commit) when that run reaches succeeded, failed or cancelled
+DONE_CHANNEL = "hango_done"
 
 # Counters stay far below the int4 limit: the claim never picks a run whose
 # attempt is out of range (it would overflow `attempt + 1` and fail every
@@ -93,8 +95,13 @@ WITH fence AS (
     SELECT f.id, e.seq, e.type, e.payload::jsonb, $2, $3
     FROM fence f, unnest($13::int[], $14::text[], $15::text[]) AS e(seq, type, payload)
     RETURNING 1
+), done AS (
+    SELECT pg_notify('hango_done', f.id::text) FROM fence f
+    WHERE $5::text IN ('succeeded', 'failed', 'cancelled')
 )
-SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel FROM fence
+SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel,
+    (SELECT count(*) FROM done) AS notified
+FROM fence
 """
 
 # One small commit per completed tool call: result + state + its event, fenced.
@@ -148,8 +155,11 @@ WITH lost AS (
         'run_finished', jsonb_build_object('status', 'failed', 'error', l.error), $2, l.attempt
     FROM lost l WHERE l.status = 'failed'
     RETURNING 1
+), done AS (
+    SELECT pg_notify('hango_done', l.id::text) FROM lost l WHERE l.status = 'failed'
 )
-SELECT id::text, status, error->>'type' AS error_type FROM lost
+SELECT id::text, status, error->>'type' AS error_type, (SELECT count(*) FROM done) AS notified
+FROM lost
 """
 
 # Queued runs the claim will never pick (a counter out of range, edited by
@@ -168,8 +178,12 @@ WITH bad AS (
         'run_finished', jsonb_build_object('status', 'failed', 'error', b.error), $1, NULL
     FROM bad b
     RETURNING 1
+), done AS (
+    SELECT pg_notify('hango_done', b.id::text) FROM bad b
 )
-SELECT id::text, 'failed' AS status, 'invalid_row' AS error_type FROM bad
+SELECT id::text, 'failed' AS status, 'invalid_row' AS error_type,
+    (SELECT count(*) FROM done) AS notified
+FROM bad
 """
 
 QUEUE_STATS = """
