@@ -4,8 +4,8 @@ Every model call goes through `Chain.model_call` (base: `_base_model`), every
 tool call through `Chain.tool_call` (base: `_base_tool`). With an empty chain
 this is exactly the plain loop.
 
-Durability (DESIGN.md §5.4, §11): one fenced commit per turn, made right after
-the model answers (the previous turn's tool results + this assistant message +
+Durability (docs/system-architecture.md): one fenced commit per turn, made right
+after the model answers (the previous turn's tool results + this assistant message +
 state_json + events), plus one small fenced commit per completed tool call
 (result + state_json). The final status rides on the last checkpoint.
 """

@@ -1,7 +1,8 @@
 """The worker: poll/LISTEN, claim in batches, lease + heartbeat, run, shut down.
 
-DESIGN.md §4. Per worker (not per run): one heartbeat statement renews every
-lease it holds, one LISTEN connection, one reclaim/queue-stats sweep.
+See docs/system-architecture.md (steps 2-3, 7-8). Per worker (not per run): one
+heartbeat statement renews every lease it holds, one LISTEN connection, one
+reclaim/queue-stats sweep.
 """
 
 from __future__ import annotations

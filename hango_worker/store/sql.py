@@ -2,10 +2,11 @@
 
 Why not SQLAlchemy here: a turn's checkpoint through SQLAlchemy Core's
 AsyncEngine costs ~2 ms of client CPU against ~0.4 ms with asyncpg prepared
-statements (DESIGN.md §11). Each write that touches a run is *fenced*: it
-only takes effect while `lease_owner = me AND attempt = my attempt AND
-status = 'running'`, and reports whether it did — and, for free, whether a
-cancel was requested, so a cancel is seen at the very next write.
+statements (docs/system-architecture.md, "Cost per unit of work"). Each
+write that touches a run is *fenced*: it only takes effect while
+`lease_owner = me AND attempt = my attempt AND status = 'running'`, and
+reports whether it did — and, for free, whether a cancel was requested, so a
+cancel is seen at the very next write.
 """
 
 NOTIFY_CHANNEL = "hango_runs"
