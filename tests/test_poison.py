@@ -284,3 +284,30 @@ async def test_queue_age_and_wait_count_from_requeue_and_sweep_failures_are_coun
     await run_until_idle(dsn, scripted({"text": "ok"}))
     assert sample("hango_queue_wait_seconds_count") == waits + 1
     assert sample("hango_queue_wait_seconds_bucket", le="60.0") == under_a_minute + 1
+
+
+async def test_a_pending_cancel_reruns_nothing_on_resume() -> None:
+    """A run taken over with a cancel pending ends cancelled without re-running the
+    interrupted batch's idempotent tools (in memory: the loop's resume step)."""
+    from hango_worker.agent.loop import RunInfo
+    from hango_worker.provider.types import Message, TextBlock, ToolUseBlock
+    from hango_worker.testing.memory import MemoryRunIO, make_state, run_agent
+    from tests.helpers import agent
+
+    tool, calls = recording_tool(idempotent=True)
+    spec = agent(tools=["echo"])
+    pending = Message("assistant", [ToolUseBlock(id="toolu_1", name="echo", input={"text": "x"})])
+    state = make_state(spec, history=[Message("user", [TextBlock("go")]), pending], text=None)
+    io = MemoryRunIO()
+    io.cancel_event.set()
+    outcome, state, io = await run_agent(
+        spec,
+        scripted({"text": "never"}),
+        tools=[tool],
+        state=state,
+        io=io,
+        info=RunInfo(persisted=2, turns_done=1),
+    )
+    assert outcome.status == "cancelled" and calls == []
+    answer = state.messages[-1].content[0]
+    assert getattr(answer, "is_error", False) and "interrupted" in str(answer.content)
