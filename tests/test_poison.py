@@ -198,8 +198,8 @@ async def test_a_requested_cancel_survives_a_takeover(pool: asyncpg.Pool, dsn: s
 
 
 async def test_a_reused_tool_use_id_is_a_new_call(pool: asyncpg.Pool, dsn: str) -> None:
-    """Turn 2 reuses turn 1's id: both results are recorded, and after a crash in the
-    second call the resumed run is told it was interrupted (not given turn 1's result)."""
+    """Turn 2 reuses turn 1's id: its result is recorded (not dropped), and after a crash
+    in the second call the resumed run is told it was interrupted (not given turn 1's)."""
     seen: list[str] = []
 
     async def act(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -216,18 +216,23 @@ async def test_a_reused_tool_use_id_is_a_new_call(pool: asyncpg.Pool, dsn: str) 
         {"text": "done"},
     ]
     await run_until_idle(dsn, scripted(*turns), [tool])
-    rows = await pool.fetch(
-        "SELECT result->>'content' AS content FROM tool_calls WHERE run_id = $1 "
-        "ORDER BY created_at",
+    seqs = await pool.fetch(
+        "SELECT seq FROM messages WHERE run_id = $1 AND role = 'assistant' ORDER BY seq", run_id
+    )
+    first_seq, second_seq = seqs[0]["seq"], seqs[1]["seq"]
+    row = await pool.fetchrow(
+        "SELECT result->>'content' AS content, message_seq FROM tool_calls WHERE run_id = $1",
         run_id,
     )
-    assert [r["content"] for r in rows] == ["did first", "did second"]
+    assert dict(row) == {"content": "did second", "message_seq": second_seq}  # not dropped
     session = (await details(pool, run_id))["session_id"]
     await _crash_after_last_tool_call(pool, run_id, session)
+    # as it was before the second call recorded: the first turn's result
     await pool.execute(
-        "DELETE FROM tool_calls WHERE run_id = $1 AND message_seq = "
-        "(SELECT max(message_seq) FROM tool_calls WHERE run_id = $1)",
+        'UPDATE tool_calls SET result = \'{"content": "did first"}\'::jsonb, '
+        "message_seq = $2 WHERE run_id = $1",
         run_id,
+        first_seq,
     )
     await run_until_idle(dsn, scripted(*turns), [tool])
     run = await details(pool, run_id)
@@ -254,6 +259,10 @@ async def test_a_duplicate_tool_use_id_in_one_response_is_an_error_result(
     results = run["transcript"][2]["content"]
     assert [r.get("is_error", False) for r in results] == [False, True]
     assert "appears more than once in this response" in results[1]["content"]
+    recorded = await pool.fetchval(
+        "SELECT result->>'content' FROM tool_calls WHERE run_id = $1", run_id
+    )
+    assert recorded == "echo: a"  # the duplicate's error never replaces the real result
 
 
 async def test_queue_age_and_wait_count_from_requeue_and_sweep_failures_are_counted(

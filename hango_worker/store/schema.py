@@ -128,14 +128,16 @@ tool_calls = Table(
     Column(
         "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
     ),
-    # the seq of the assistant message that made the call: a model may reuse a
-    # tool_use id in a later turn, so the id alone does not identify a call in a run
-    Column("message_seq", Integer, primary_key=True),
     Column("tool_use_id", Text, primary_key=True),
     Column("name", Text, nullable=False),
     Column("result", JSONB, nullable=False),
     Column("attempt", Integer, nullable=False),
     _now(),
+    # the seq of the assistant message that made the call. A model may reuse a
+    # tool_use id in a later turn: the row is a resume journal, so the later call's
+    # result replaces it, and a resume uses a row only for the very turn that made
+    # it. NULL: written by code older than this column (matches any turn).
+    Column("message_seq", Integer),
 )
 
 run_events = Table(

@@ -65,7 +65,7 @@ LOAD_MESSAGES = (
 # The results recorded for the calls of one assistant message (the pending turn).
 LOAD_TOOL_RESULTS = (
     "SELECT tool_use_id, result::text AS result FROM tool_calls "
-    "WHERE run_id = $1 AND message_seq = $2"
+    "WHERE run_id = $1 AND (message_seq = $2 OR message_seq IS NULL)"
 )
 
 # One statement per turn: fence + messages + events + state (+ final status).
@@ -106,15 +106,21 @@ FROM fence
 """
 
 # One small commit per completed tool call: result + state + its event, fenced.
+# tool_calls is the resume journal, one row per (run, tool_use_id): a later turn
+# that reuses an id replaces the row (tagged with its assistant message's seq);
+# the same turn's second call with that id (an error result) never does.
 RECORD_TOOL = """
 WITH fence AS (
     UPDATE runs SET state_json = $4::jsonb, lease_expires_at = now() + make_interval(secs => $5)
     WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
     RETURNING id, cancel_requested
 ), rec AS (
-    INSERT INTO tool_calls (run_id, message_seq, tool_use_id, name, result, attempt)
-    SELECT f.id, $12, $6, $7, $8::jsonb, $3 FROM fence f
-    ON CONFLICT (run_id, message_seq, tool_use_id) DO NOTHING
+    INSERT INTO tool_calls (run_id, tool_use_id, name, result, attempt, message_seq)
+    SELECT f.id, $6, $7, $8::jsonb, $3, $12 FROM fence f
+    ON CONFLICT (run_id, tool_use_id) DO UPDATE SET name = EXCLUDED.name,
+        result = EXCLUDED.result, attempt = EXCLUDED.attempt,
+        message_seq = EXCLUDED.message_seq, created_at = now()
+    WHERE tool_calls.message_seq IS NULL OR tool_calls.message_seq < EXCLUDED.message_seq
     RETURNING 1
 ), ev AS (
     INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)

@@ -1,4 +1,4 @@
-"""Queue integrity: runs.queued_at, runs.idempotency_key, tool_calls keyed by turn.
+"""Queue integrity: runs.queued_at, runs.idempotency_key, tool_calls.message_seq.
 
 Revision ID: 0003_queue_integrity
 Revises: 0002_run_state
@@ -6,13 +6,13 @@ Revises: 0002_run_state
 - runs.queued_at: when the run last entered the queue (enqueue, resume, release,
   reclaim); existing rows get their created_at.
 - runs.idempotency_key with a unique partial index per tenant.
-- tool_calls.message_seq (the assistant message that made the call) joins the
-  primary key, so a tool_use id reused in a later turn is a different call.
-  Existing rows get the seq of the newest assistant message of their run that
-  holds the call (0 when none does).
+- tool_calls.message_seq: the assistant message that made the call (a model
+  may reuse a tool_use id in a later turn). The key stays (run_id, tool_use_id),
+  so code of the previous revision keeps working against this schema (its rows
+  get NULL); existing rows get the seq of the newest assistant message of their
+  run that holds the call.
 
-Downgrading drops all three; of tool_calls rows that share (run_id, tool_use_id)
-only the one of the earliest turn is kept.
+Downgrading drops all three.
 """
 
 import sqlalchemy as sa
@@ -42,24 +42,15 @@ def upgrade() -> None:
     )
     op.add_column("tool_calls", sa.Column("message_seq", sa.Integer))
     op.execute(
-        "UPDATE tool_calls t SET message_seq = coalesce((SELECT max(m.seq) FROM messages m "
+        "UPDATE tool_calls t SET message_seq = (SELECT max(m.seq) FROM messages m "
         "WHERE m.run_id = t.run_id AND m.role = 'assistant' AND jsonb_typeof(m.content) = 'array' "
         "AND m.content @> jsonb_build_array(jsonb_build_object('type', 'tool_use', "
-        "'id', t.tool_use_id))), 0)"
+        "'id', t.tool_use_id)))"
     )
-    op.alter_column("tool_calls", "message_seq", nullable=False)
-    op.drop_constraint("tool_calls_pkey", "tool_calls", type_="primary")
-    op.create_primary_key("tool_calls_pkey", "tool_calls", ["run_id", "message_seq", "tool_use_id"])
 
 
 def downgrade() -> None:
-    op.execute(
-        "DELETE FROM tool_calls t USING tool_calls o WHERE o.run_id = t.run_id "
-        "AND o.tool_use_id = t.tool_use_id AND o.message_seq < t.message_seq"
-    )
-    op.drop_constraint("tool_calls_pkey", "tool_calls", type_="primary")
     op.drop_column("tool_calls", "message_seq")
-    op.create_primary_key("tool_calls_pkey", "tool_calls", ["run_id", "tool_use_id"])
     op.drop_index("runs_idempotency_key_idx", table_name="runs")
     op.drop_column("runs", "idempotency_key")
     op.drop_column("runs", "queued_at")
