@@ -38,6 +38,9 @@ async def test_enqueue_returns_a_typed_result_and_honours_the_idempotency_key(
     )
     theirs = await Client(pool, tenant).enqueue("agent", "x", idempotency_key="order-7")
     assert theirs.created and theirs.run_id != first.run_id
+    for bad in ("", "k" * 201):
+        with pytest.raises(ValueError, match="an idempotency key must be 1 to 200 characters"):
+            await client.enqueue("agent", "x", idempotency_key=bad)
 
 
 async def test_enqueue_in_the_callers_transaction_commits_or_rolls_back_with_it(

@@ -57,7 +57,9 @@ async def test_a_poison_row_fails_only_its_run_and_the_batch_runs(
     await make_agent(pool, tools=[])
     ids = [await enqueue(pool, f"run {i}") for i in range(3)]
     await pool.execute(f"UPDATE runs SET {column} = $2::text::jsonb WHERE id = $1", ids[1], value)
+    failed = sample("hango_runs_failed_total", error_type=etype)
     stats = await run_until_idle(dsn, scripted({"text": "fine"}), worker_concurrency=4)
+    assert sample("hango_runs_failed_total", error_type=etype) == failed + 1
     assert stats.claimed == 3  # one batch
     assert stats.finished == {"failed": 1, "succeeded": 2}
     run = await assert_failed_once(pool, ids[1], etype)
@@ -141,6 +143,7 @@ async def test_an_unreadable_recorded_tool_result_fails_the_run_at_once(
     run = await assert_failed_once(pool, run_id, "invalid_tool_result")
     assert "must be an object" in run["error"]["message"]
     assert len(calls) == 1
+    assert sample("hango_runs_failed_total", error_type="invalid_tool_result") >= 1
 
 
 async def test_an_unreadable_message_fails_the_next_run_at_once(

@@ -84,6 +84,9 @@ async def find_agent(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[
     return dict(row)
 
 
+MAX_IDEMPOTENCY_KEY = 200  # characters; keeps the unique index row small
+
+
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     """What an enqueue returns. `created` is False when an earlier enqueue with the
@@ -136,6 +139,11 @@ async def enqueue_run(
         except ValueError:
             raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
     if idempotency_key is not None:
+        if not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+            raise ValueError(
+                f"an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters, "
+                f"got {len(idempotency_key)}"
+            )
         prior = await _by_key(db, tenant_id, idempotency_key)
         if prior is not None:
             return prior
