@@ -1,13 +1,21 @@
 """The Python client: enqueue runs and follow them from your own code.
 
 async with Client.connect(dsn) as client:
-    ids = await client.enqueue(agent="support", input="Where is my order?")
-    run = await client.wait(ids["run_id"])
+    r = await client.enqueue(agent="support", input="Where is my order?",
+                             idempotency_key="order-1234-question")
+    run = await client.wait(r.run_id)
+
+Inside your own transaction (the run is queued if and only if it commits):
+
+async with conn.transaction():
+    await conn.execute("INSERT INTO orders …")
+    await enqueue(conn, agent="support", input="New order 1234")
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,8 +23,32 @@ from typing import Any
 import asyncpg
 
 from hango_worker.store import db, repo
+from hango_worker.store.sql import DONE_CHANNEL
 
 FINISHED = ("succeeded", "failed", "cancelled")
+
+EnqueueResult = repo.Enqueued
+
+
+async def enqueue(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    *,
+    agent: str,
+    input: str,
+    session_id: str | None = None,
+    idempotency_key: str | None = None,
+    tenant_id: str = repo.DEFAULT_TENANT_ID,
+) -> EnqueueResult:
+    """Queue a run on the caller's connection (any asyncpg connection, no codecs
+    needed): inside the caller's transaction it is queued iff that commits."""
+    return await repo.enqueue_run(
+        conn,
+        tenant_id=tenant_id,
+        agent=agent,
+        input_text=input,
+        session_id=session_id,
+        idempotency_key=idempotency_key,
+    )
 
 
 class Client:
@@ -59,14 +91,24 @@ class Client:
         )
 
     async def enqueue(
-        self, agent: str, input: str, session_id: str | None = None
-    ) -> dict[str, str]:
-        return await repo.enqueue(
-            self.pool,
-            tenant_id=self.tenant_id,
+        self,
+        agent: str,
+        input: str,
+        session_id: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+        conn: asyncpg.Connection | None = None,
+    ) -> EnqueueResult:
+        """Queue a run. `idempotency_key`: a second enqueue with the same key returns
+        the first run (`created=False`). `conn`: enqueue on your connection, inside
+        your transaction."""
+        return await enqueue(
+            conn if conn is not None else self.pool,
             agent=agent,
-            input_text=input,
+            input=input,
             session_id=session_id,
+            idempotency_key=idempotency_key,
+            tenant_id=self.tenant_id,
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:
@@ -79,11 +121,25 @@ class Client:
         await repo.resume(self.pool, self.tenant_id, run_id)
 
     async def wait(
-        self, run_id: str, timeout_s: float = 300.0, poll_s: float = 0.1
+        self, run_id: str, timeout_s: float = 300.0, poll_s: float = 5.0
     ) -> dict[str, Any]:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                run = await repo.get_run(self.pool, self.tenant_id, run_id)
-                if run["status"] in FINISHED:
-                    return await self.get(run_id)
-                await asyncio.sleep(poll_s)
+        """Until the run has finished: woken by its `hango_done` notification; a slow
+        poll (`poll_s`) is the fallback should a notification be missed."""
+        done = asyncio.Event()
+
+        def on_done(conn: object, pid: int, channel: str, payload: str) -> None:
+            if payload == run_id:
+                done.set()
+
+        async with asyncio.timeout(timeout_s), self.pool.acquire() as conn:
+            await conn.add_listener(DONE_CHANNEL, on_done)
+            try:
+                while True:  # listening before the first read: no wake-up is lost
+                    run = await repo.get_run(self.pool, self.tenant_id, run_id)
+                    if run["status"] in FINISHED:
+                        return await self.get(run_id)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(done.wait(), poll_s)
+                    done.clear()
+            finally:
+                await conn.remove_listener(DONE_CHANNEL, on_done)

@@ -73,6 +73,7 @@ async def test_a_paused_worker_writes_nothing_after_takeover(
         a.send_signal(signal.SIGSTOP)
         owner_a = await pool.fetchval("SELECT lease_owner FROM runs WHERE id = $1", run_id)
         snapshot = await _rows_by(pool, run_id, owner_a)
+        assert [m[1] for m in snapshot[2]] == ["user", "assistant"]  # A's first turn
         b = await start_worker(env, until_idle=False)
         try:
             await wait_all_finished(pool, ids, timeout=60)
@@ -102,12 +103,16 @@ async def _rows_by(pool: asyncpg.Pool, run_id: str, worker: str) -> list[object]
     tools = await pool.fetch(
         "SELECT tool_use_id FROM tool_calls WHERE run_id = $1 AND attempt = 1 ORDER BY 1", run_id
     )
+    # messages have no worker column: a checkpoint writes its messages and its events in
+    # one statement, so they share the transaction's created_at — A's messages are the
+    # ones written at the time of one of A's events
     msgs = await pool.fetch(
-        "SELECT m.seq FROM messages m JOIN runs r ON r.session_id = m.session_id "
-        "WHERE r.id = $1 ORDER BY 1",
+        "SELECT seq, role, content::text FROM messages WHERE run_id = $1 AND created_at IN "
+        "(SELECT created_at FROM run_events WHERE run_id = $1 AND worker_id = $2) ORDER BY seq",
         run_id,
+        worker,
     )
-    return [list(map(tuple, events)), list(map(tuple, tools)), len(msgs) if False else None]
+    return [list(map(tuple, events)), list(map(tuple, tools)), list(map(tuple, msgs))]
 
 
 async def test_sigterm_hands_runs_back_and_another_worker_finishes_them(

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hango_worker.run.worker import Worker
 from hango_worker.service import serve
+from hango_worker.store.migrate import head_revision
 from hango_worker.telemetry.logs import JsonFormatter
 from hango_worker.telemetry.metrics_server import MetricsServer
 from hango_worker.testing import OTLPReceiver
@@ -225,7 +226,7 @@ async def test_metrics_move_and_readyz_follows_the_database(pool: asyncpg.Pool, 
     await pool.execute("UPDATE alembic_version SET version_num = 'older'")
     code, _body = await asyncio.to_thread(_scrape, port, "/readyz")
     assert code == 503
-    await pool.execute("UPDATE alembic_version SET version_num = '0002_run_state'")
+    await pool.execute("UPDATE alembic_version SET version_num = $1", head_revision())
     assert (await asyncio.to_thread(_scrape, port, "/readyz"))[0] == 200
     ready["worker"].request_shutdown()
     await asyncio.wait_for(task, 10)

@@ -4,8 +4,8 @@ Every model call goes through `Chain.model_call` (base: `_base_model`), every
 tool call through `Chain.tool_call` (base: `_base_tool`). With an empty chain
 this is exactly the plain loop.
 
-Durability (DESIGN.md §5.4, §11): one fenced commit per turn, made right after
-the model answers (the previous turn's tool results + this assistant message +
+Durability (docs/system-architecture.md): one fenced commit per turn, made right
+after the model answers (the previous turn's tool results + this assistant message +
 state_json + events), plus one small fenced commit per completed tool call
 (result + state_json). The final status rides on the last checkpoint.
 """
@@ -65,6 +65,7 @@ class RunInfo:
     turns_done: int = 0  # model turns this run completed in earlier attempts
     persisted: int | None = None  # messages already in the store (None: all of them)
     parent: Any = None  # OpenTelemetry context to start the attempt's span in
+    # results recorded for the calls of the pending (last, unanswered) assistant message
     recorded: dict[str, ToolResult] = field(default_factory=dict)
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
@@ -233,14 +234,18 @@ class AgentLoop:
 
     async def _tool_batch(self, state: State, uses: list[ToolUseBlock], stop: StopReason) -> None:
         results = []
+        seen: set[str] = set()
         for call in uses:
-            if not call.complete or stop == StopReason.MAX_TOKENS:
+            if call.id in seen:
+                result = _duplicate_id(call)
+            elif not call.complete or stop == StopReason.MAX_TOKENS:
                 result = ToolResult.error(
                     "not executed: the response was cut off by max_tokens before this call's "
                     "arguments were complete; send the call again"
                 )
             else:
                 result = await self._one_tool(state, call)
+            seen.add(call.id)
             await self.io.record_tool_result(state, call, result, self._tool_event(call, result))
             results.append(result.to_block(call.id))
         state.messages.append(Message("user", list(results)))
@@ -358,21 +363,30 @@ class AgentLoop:
     # -- resume ----------------------------------------------------------------------------
 
     async def _resume_pending(self, state: State, info: RunInfo) -> None:
-        """Answer the tool calls of an interrupted batch: recorded results are reused,
-        idempotent tools re-run, the rest left for RepairToolCalls."""
+        """Answer the tool calls of an interrupted batch: recorded results (of this
+        very turn: `info.recorded` holds only the pending assistant message's) are
+        reused, idempotent tools re-run unless a cancel is pending, the rest left for
+        RepairToolCalls. A repeated id in the batch gets the duplicate error again."""
         if not state.messages or state.messages[-1].role != "assistant":
             return
         uses = state.messages[-1].tool_uses()
         if not uses:
             return
         self._tools = {t.name: t for t in [*self.view, *self.chain.tools(state)]}
+        cancelling = self.io.stop_requested() == "cancel"
         blocks = []
+        seen: set[str] = set()
         for call in uses:
+            duplicate = call.id in seen
+            seen.add(call.id)
+            if duplicate:
+                blocks.append(_duplicate_id(call).to_block(call.id))
+                continue
             if call.id in info.recorded:
                 blocks.append(info.recorded[call.id].to_block(call.id))
                 continue
             tool = self._tools.get(call.name)
-            if tool is not None and tool.idempotent:
+            if tool is not None and tool.idempotent and not cancelling:
                 with turn_span("resume tool batch", {"hango.turn.index": info.turns_done}):
                     result = await self._one_tool(state, call)
                 await self.io.record_tool_result(
@@ -381,3 +395,10 @@ class AgentLoop:
                 blocks.append(result.to_block(call.id))
         if blocks:
             state.messages.append(Message("user", list(blocks)))
+
+
+def _duplicate_id(call: ToolUseBlock) -> ToolResult:
+    return ToolResult.error(
+        f"not executed: tool_use id {call.id!r} appears more than once in this response; "
+        "every tool call needs its own id"
+    )

@@ -1,4 +1,4 @@
-"""The middleware interfaces (DESIGN.md §5.1).
+"""The middleware interfaces (docs/design.md §5.1).
 
 A middleware is anything with a `name`. Capabilities are optional protocols,
 discovered once when the chain is built (`isinstance`), never per call.

@@ -1,4 +1,4 @@
-"""default_stack: the one place middleware order is decided (DESIGN.md §5.3).
+"""default_stack: the one place middleware order is decided (docs/design.md §5.3).
 
 Index 0 is outermost. Slots not built yet are explicit `None`s, skipped by
 the chain, so the order of the finished product is visible today.

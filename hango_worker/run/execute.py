@@ -19,7 +19,7 @@ from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
-from hango_worker.run.io import Claim, PgRunIO
+from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.tool.registry import Registry
@@ -54,29 +54,30 @@ class LoadError(Exception):
         self.error = {"type": type, "message": message}
 
 
+def _why(e: Exception) -> str:
+    return str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+
+
 async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
+    """Everything a run attempt needs. A row that cannot be decoded or read raises
+    LoadError naming it (invalid_input, invalid_agent, invalid_history, …)."""
+    if c.invalid is not None:
+        raise LoadError(c.invalid["type"], c.invalid["message"])
     ctx = await pool.fetchrow(sql.LOAD_RUN_CONTEXT, c.run_id, c.session_id, c.agent_id, c.tenant_id)
     if ctx is None:
         raise LoadError("agent_not_found", f"agent {c.agent_id} of run {c.run_id} does not exist")
-    try:
-        agent = AgentSpec.from_row(dict(ctx))
-    except AgentSpecError as e:
-        raise LoadError("invalid_agent", str(e)) from None
+    agent = _agent(dict(ctx))
     rows = await pool.fetch(sql.LOAD_MESSAGES, c.session_id)
-    try:
-        messages = [message_from_dict({"role": r["role"], "content": r["content"]}) for r in rows]
-    except (ValueError, KeyError, TypeError) as e:
-        raise LoadError("invalid_history", f"session history cannot be read: {e}") from None
+    messages = _messages(rows)
     persisted = len(messages)
     if ctx["run_messages"] == 0:
         text = c.input.get("text") if isinstance(c.input, dict) else None
         if not isinstance(text, str) or not text:
             raise LoadError("invalid_input", "runs.input must be an object with a non-empty 'text'")
         messages.append(Message("user", [TextBlock(text=text)]))
-    recorded = {
-        r["tool_use_id"]: ToolResult.from_dict(r["result"])
-        for r in await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id)
-    }
+    recorded: dict[str, ToolResult] = {}
+    if rows and rows[-1]["role"] == "assistant":  # a pending turn: its recorded results
+        recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1]["seq"]))
     return Loaded(
         agent=agent,
         messages=messages,
@@ -86,6 +87,51 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
         next_message_seq=int(ctx["last_seq"]) + 1,
         next_event_seq=int(ctx["last_event_seq"]) + 1,
     )
+
+
+def _agent(row: dict[str, Any]) -> AgentSpec:
+    try:
+        row["system"] = decode_json(row["system"], "agents.system")
+        row["config"] = decode_json(row["config"], "agents.config")
+        return AgentSpec.from_row(row)
+    except AgentSpecError as e:
+        raise LoadError("invalid_agent", str(e)) from None
+    except Exception as e:
+        raise LoadError("invalid_agent", f"agent {row.get('name')!r}: {_why(e)}") from None
+
+
+def _messages(rows: list[Any]) -> list[Message]:
+    messages = []
+    for r in rows:
+        try:
+            content = decode_json(r["content"], "messages.content")
+            messages.append(message_from_dict({"role": r["role"], "content": content}))
+        except Exception as e:
+            raise LoadError(
+                "invalid_history",
+                f"session history cannot be read: message seq {r['seq']}: {_why(e)}",
+            ) from None
+    return messages
+
+
+def _recorded(rows: list[Any]) -> dict[str, ToolResult]:
+    out = {}
+    for r in rows:
+        try:
+            d = decode_json(r["result"], "tool_calls.result")
+            if not (
+                isinstance(d, dict)
+                and isinstance(d.get("content", ""), str)
+                and isinstance(d.get("is_error", False), bool)
+            ):
+                raise ValueError("must be an object {content: string, is_error: boolean}")
+            out[str(r["tool_use_id"])] = ToolResult.from_dict(d)
+        except Exception as e:
+            raise LoadError(
+                "invalid_tool_result",
+                f"the recorded result of tool call {r['tool_use_id']!r} cannot be read: {_why(e)}",
+            ) from None
+    return out
 
 
 def _previous_attempt(c: Claim) -> tuple[Any, list[Link]]:
@@ -126,15 +172,21 @@ def _io(deps: RunDeps, c: Claim, message_seq: int, event_seq: int) -> PgRunIO:
 
 
 async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) -> Outcome | None:
-    """Run one claimed attempt to its end. Fenced (lease lost) → None, nothing written."""
+    """Run one claimed attempt to its end. Fenced (lease lost) → None, nothing written.
+    A run that cannot be loaded fails at once with the reason (this run only)."""
     try:
         loaded = await load(deps.pool, c)
     except LoadError as e:
-        io = _io(deps, c, 0, await _next_event_seq(deps.pool, c))
-        io_ready(io)
-        await io.fail(e.error)
-        return Outcome("failed", e.error)
+        return await _fail_early(deps, c, io_ready, e.error)
+    except CONNECTION_ERRORS:
+        raise  # the database is away: the lease expires and the run is retried
+    except Exception as e:
+        log.exception("loading the run failed", extra={"run_id": c.run_id})
+        error = {"type": "internal_error", "message": f"the run could not be loaded: {_why(e)}"}
+        return await _fail_early(deps, c, io_ready, error)
     io = _io(deps, c, loaded.next_message_seq, loaded.next_event_seq)
+    if c.cancel_requested:  # requested before a takeover: it survives the claim
+        io.cancel_event.set()
     io_ready(io)
     agent = loaded.agent
     try:
@@ -161,6 +213,15 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
     )
     return await loop.run(state, info)
+
+
+async def _fail_early(
+    deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None], error: dict[str, Any]
+) -> Outcome:
+    io = _io(deps, c, 0, await _next_event_seq(deps.pool, c))
+    io_ready(io)
+    await io.fail(error)
+    return Outcome("failed", error)
 
 
 async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:

@@ -38,29 +38,58 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def decode_json(raw: str | None, what: str) -> Any:
+    """Decode one jsonb column fetched as text. Raises ValueError naming the column
+    for anything json.loads can raise (too deep, a number too long, bad text…)."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to be read") from None
+    except Exception as e:  # ValueError, MemoryError on absurd input, …
+        raise ValueError(f"{what} cannot be decoded: {type(e).__name__}: {e}"[:500]) from None
+
+
 @dataclass(slots=True)
 class Claim:
     run_id: str
     tenant_id: str
     session_id: str
     agent_id: str
-    input: dict[str, Any]
-    state_json: dict[str, Any]
+    input: Any
+    state_json: Any
     attempt: int
     trace_parent: str | None
+    cancel_requested: bool = False
+    queued_s: float = 0.0
+    # set when the row cannot be decoded: the run is failed with it at once
+    invalid: dict[str, str] | None = None
 
     @classmethod
     def from_record(cls, r: Any) -> Claim:
-        return cls(
+        """Never raises on a row's content: what cannot be decoded becomes `invalid`."""
+        c = cls(
             run_id=r["id"],
             tenant_id=r["tenant_id"],
             session_id=r["session_id"],
             agent_id=r["agent_id"],
-            input=r["input"] or {},
-            state_json=r["state_json"] or {},
+            input=None,
+            state_json=None,
             attempt=r["attempt"],
             trace_parent=r["trace_parent"],
+            cancel_requested=bool(r["cancel_requested"]),
+            queued_s=float(r["queued_s"] or 0.0),
         )
+        try:
+            c.input = decode_json(r["input"], "runs.input")
+        except ValueError as e:
+            c.invalid = {"type": "invalid_input", "message": str(e)}
+        try:
+            c.state_json = decode_json(r["state_json"], "runs.state_json")
+        except ValueError as e:
+            c.invalid = c.invalid or {"type": "invalid_state", "message": str(e)}
+        return c
 
 
 async def discard_connections(pool: asyncpg.Pool) -> None:
@@ -126,6 +155,9 @@ class PgRunIO:
         self.shutdown = False
         self.lost = False
         self._msg_seq = next_message_seq
+        # seq of the assistant message whose tool calls are being recorded: the newest
+        # message written (a resumed run's pending turn is its last stored message)
+        self.turn_seq = next_message_seq - 1
         self._event_seq = next_event_seq
 
     def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
@@ -187,6 +219,9 @@ class PgRunIO:
             [_dumps(e.payload) for e in events],
         )
         self._msg_seq += len(new_messages)
+        for seq, m in zip(m_seq, new_messages, strict=True):
+            if m.role == "assistant":
+                self.turn_seq = seq
         self._event_seq += len(events)
         self._published(e_seq, events)
 
@@ -204,6 +239,7 @@ class PgRunIO:
             self._event_seq,
             event.type,
             _dumps(event.payload),
+            self.turn_seq,
         )
         self._published([self._event_seq], [event])
         self._event_seq += 1
@@ -219,11 +255,12 @@ class PgRunIO:
             )
 
     async def fail(self, error: dict[str, Any]) -> None:
-        """End the run as failed before the loop could start (bad state, bad agent…)."""
+        """End the run as failed before the loop could start (bad row, bad agent…).
+        state_json is left as found, for the operator."""
         await self._fenced(
             sql.CHECKPOINT,
             *self._fence_args(),
-            self.claim.state_json,
+            None,
             "failed",
             self.lease_s,
             error,

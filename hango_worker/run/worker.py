@@ -1,7 +1,8 @@
 """The worker: poll/LISTEN, claim in batches, lease + heartbeat, run, shut down.
 
-DESIGN.md §4. Per worker (not per run): one heartbeat statement renews every
-lease it holds, one LISTEN connection, one reclaim/queue-stats sweep.
+See docs/system-architecture.md (steps 2-3, 7-8). Per worker (not per run): one
+heartbeat statement renews every lease it holds, one LISTEN connection, one
+reclaim/queue-stats sweep.
 """
 
 from __future__ import annotations
@@ -138,17 +139,20 @@ class Worker:
             log.exception("claim failed")
             await asyncio.sleep(1.0)
             return 0
+        claims = [Claim.from_record(r) for r in rows]  # never raises on a row's content
         sessions: set[str] = set()
-        count = 0
-        for r in rows:
-            c = Claim.from_record(r)
+        again: list[Claim] = []
+        for c in claims:
             if c.session_id in sessions:  # one run per session at a time
-                await self.deps.pool.execute(sql.UNCLAIM, c.run_id, self.worker_id, c.attempt)
+                again.append(c)
                 continue
             sessions.add(c.session_id)
+            metrics.QUEUE_WAIT.observe(c.queued_s)
             self._start(c)
-            count += 1
-        return count
+        for c in again:
+            with contextlib.suppress(Exception):  # else its lease expires and it is reclaimed
+                await self.deps.pool.execute(sql.UNCLAIM, c.run_id, self.worker_id, c.attempt)
+        return len(claims) - len(again)
 
     def _start(self, c: Claim) -> None:
         metrics.RUNS_CLAIMED.inc()
@@ -261,16 +265,28 @@ class Worker:
                 log.exception("reclaim sweep failed")
 
     async def sweep(self) -> int:
-        """Put runs with expired leases back in the queue; refresh queue gauges."""
+        """Put runs with expired (or no) leases back in the queue, fail the ones out of
+        attempts or with out-of-range counters, refresh queue gauges."""
         try:
-            rows = await self.deps.pool.fetch(sql.RECLAIM_EXPIRED, self.settings.max_attempts)
+            rows = await self.deps.pool.fetch(
+                sql.RECLAIM_EXPIRED, self.settings.max_attempts, self.worker_id
+            )
+            rows += await self.deps.pool.fetch(sql.FAIL_INVALID_ROWS, self.worker_id)
             stats = await self.deps.pool.fetchrow(sql.QUEUE_STATS)
         except (*CONNECTION_ERRORS, asyncpg.PostgresError) as e:
             log.warning("reclaim sweep failed: %s", e)
             return 0
-        if rows:
-            metrics.LEASE_RECLAIMS.inc(len(rows))
-            log.info("reclaimed %d runs with expired leases", len(rows))
+        requeued = sum(1 for r in rows if r["status"] == "queued")
+        for r in rows:
+            if r["status"] == "failed":
+                metrics.RUNS_FAILED.labels(metrics.error_type_label(r["error_type"])).inc()
+                metrics.RUNS_FINISHED.labels("failed").inc()
+                log.warning(
+                    "run failed by the sweep: %s", r["error_type"], extra={"run_id": r["id"]}
+                )
+        if requeued:
+            metrics.LEASE_RECLAIMS.inc(requeued)
+            log.info("reclaimed %d runs with expired leases", requeued)
             await self.deps.pool.execute(sql.NOTIFY, sql.NOTIFY_CHANNEL, "reclaim")
         if stats is not None:
             metrics.QUEUE_DEPTH.set(stats["depth"])

@@ -5,12 +5,14 @@ Every query that touches a run is scoped by tenant.
 
 from __future__ import annotations
 
+import json
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
-from hango_worker.store.sql import CANCEL_CHANNEL, NOTIFY_CHANNEL
+from hango_worker.store.sql import CANCEL_CHANNEL, DONE_CHANNEL, NOTIFY_CHANNEL
 
 DEFAULT_TENANT_ID = "00000000-0000-0000-0000-000000000001"
 DEFAULT_TENANT_NAME = "default"
@@ -82,23 +84,69 @@ async def find_agent(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[
     return dict(row)
 
 
+MAX_IDEMPOTENCY_KEY = 200  # characters; keeps the unique index row small
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What an enqueue returns. `created` is False when an earlier enqueue with the
+    same idempotency key already queued this run. `r["run_id"]` works too."""
+
+    run_id: str
+    session_id: str
+    created: bool = True
+
+    def __getitem__(self, key: str) -> str:
+        if key not in ("run_id", "session_id"):
+            raise KeyError(key)
+        return str(getattr(self, key))
+
+
 async def enqueue(
-    db: asyncpg.Pool,
+    db: asyncpg.Pool | asyncpg.Connection,
     *,
     tenant_id: str,
     agent: str,
     input_text: str,
     session_id: str | None = None,
 ) -> dict[str, str]:
+    """Queue a run (new session unless one is given); `{"run_id", "session_id"}`."""
+    r = await enqueue_run(
+        db, tenant_id=tenant_id, agent=agent, input_text=input_text, session_id=session_id
+    )
+    return {"run_id": r.run_id, "session_id": r.session_id}
+
+
+async def enqueue_run(
+    db: asyncpg.Pool | asyncpg.Connection,
+    *,
+    tenant_id: str,
+    agent: str,
+    input_text: str,
+    session_id: str | None = None,
+    idempotency_key: str | None = None,
+) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers.
 
-    One statement, so one round trip and one commit: find the agent, create or
-    check the session, insert the run, notify (sent when it commits)."""
+    One statement, so one round trip: find the agent, create or check the session,
+    insert the run, notify (sent when it commits). On a connection inside the
+    caller's transaction, the run is queued if and only if that transaction
+    commits. With an idempotency key, a run already queued under that key (this
+    tenant) is returned instead of a new one."""
     if session_id is not None:
         try:
             uuid.UUID(session_id)
         except ValueError:
             raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
+    if idempotency_key is not None:
+        if not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+            raise ValueError(
+                f"an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters, "
+                f"got {len(idempotency_key)}"
+            )
+        prior = await _by_key(db, tenant_id, idempotency_key)
+        if prior is not None:
+            return prior
     run_id = str(uuid.uuid4())
     row = await db.fetchrow(
         ENQUEUE,
@@ -107,14 +155,30 @@ async def enqueue(
         str(uuid.uuid4()),
         session_id,
         run_id,
-        {"text": input_text},
+        json.dumps({"text": input_text}, ensure_ascii=False),
         NOTIFY_CHANNEL,
+        idempotency_key,
     )
     if row is None or row["agent_id"] is None:
         raise NotFound(f"no agent {agent!r} in this tenant")
     if row["session_id"] is None:
+        if idempotency_key is not None:  # lost a race to an enqueue with the same key
+            prior = await _by_key(db, tenant_id, idempotency_key)
+            if prior is not None:
+                return prior
         raise NotFound(f"no session {session_id} for agent {agent!r} in this tenant")
-    return {"run_id": run_id, "session_id": str(row["session_id"])}
+    return Enqueued(run_id, str(row["session_id"]))
+
+
+async def _by_key(
+    db: asyncpg.Pool | asyncpg.Connection, tenant_id: str, key: str
+) -> Enqueued | None:
+    row = await db.fetchrow(
+        "SELECT id::text, session_id::text FROM runs WHERE tenant_id = $1 AND idempotency_key = $2",
+        tenant_id,
+        key,
+    )
+    return None if row is None else Enqueued(row["id"], row["session_id"], created=False)
 
 
 ENQUEUE = """
@@ -130,8 +194,9 @@ WITH a AS (
     SELECT se.id FROM sessions se, a
     WHERE $4::uuid IS NOT NULL AND se.id = $4::uuid AND se.tenant_id = $1 AND se.agent_id = a.id
 ), r AS (
-    INSERT INTO runs (id, tenant_id, session_id, agent_id, input)
-    SELECT $5, $1, target.id, a.id, $6 FROM target, a
+    INSERT INTO runs (id, tenant_id, session_id, agent_id, input, idempotency_key)
+    SELECT $5, $1, target.id, a.id, $6::text::jsonb, $8::text FROM target, a
+    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, session_id
 ), n AS (
     SELECT pg_notify($7, r.id::text) FROM r
@@ -141,8 +206,11 @@ SELECT (SELECT id::text FROM a) AS agent_id, (SELECT session_id::text FROM r) AS
 """
 
 
+# input and state_json come back as text and are decoded here: an undecodable row
+# (nested too deeply, …) is shown as unreadable, never a traceback.
 RUN_COLUMNS = (
-    "id::text, tenant_id::text, session_id::text, agent_id::text, status, input, state_json, "
+    "id::text, tenant_id::text, session_id::text, agent_id::text, status, "
+    "input::text AS input, state_json::text AS state_json, "
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
     "started_at, finished_at"
 )
@@ -158,17 +226,33 @@ async def get_run(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, An
     )
     if row is None:
         raise NotFound(f"no run {run_id} in this tenant")
-    return dict(row)
+    run = dict(row)
+    run["input"] = readable_json(run["input"])
+    run["state_json"] = readable_json(run["state_json"])
+    return run
+
+
+def readable_json(raw: str | None) -> Any:
+    """Decode jsonb fetched as text; what cannot be decoded becomes a short note."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        return "<unreadable: nested too deeply>"
+    except Exception as e:
+        return f"<unreadable: {type(e).__name__}>"
 
 
 async def run_details(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, Any]:
     run = await get_run(db, tenant_id, run_id)
     msgs = await db.fetch(
-        "SELECT seq, run_id::text, role, content FROM messages WHERE session_id = $1 ORDER BY seq",
+        "SELECT seq, run_id::text, role, content::text AS content FROM messages "
+        "WHERE session_id = $1 ORDER BY seq",
         run["session_id"],
     )
     events = await run_events(db, run_id, after=0)
-    run["transcript"] = [dict(m) for m in msgs]
+    run["transcript"] = [{**m, "content": readable_json(m["content"])} for m in msgs]
     run["events"] = events
     return run
 
@@ -198,13 +282,22 @@ async def list_runs(
     return [dict(r) for r in rows]
 
 
+# A running run with no lease (edited by hand): no worker holds it, none ever will.
+NO_LEASE = "(status = 'running' AND (lease_owner IS NULL OR lease_expires_at IS NULL))"
+
+
 async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
-    """Queued runs are cancelled at once; running ones at their next turn boundary."""
+    """Queued runs (and running ones no worker holds) are cancelled at once; running
+    ones at their next turn boundary. The request survives a takeover: only resume
+    clears it."""
     await get_run(db, tenant_id, run_id)
+    now_ = f"(status = 'queued' OR {NO_LEASE})"
     row = await db.fetchrow(
-        "UPDATE runs SET cancel_requested = (status = 'running'), "
-        "status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END, "
-        "finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END "
+        f"UPDATE runs SET cancel_requested = NOT {now_}, "
+        f"status = CASE WHEN {now_} THEN 'cancelled' ELSE status END, "
+        f"finished_at = CASE WHEN {now_} THEN now() ELSE finished_at END, "
+        f"lease_owner = CASE WHEN {now_} THEN NULL ELSE lease_owner END, "
+        f"lease_expires_at = CASE WHEN {now_} THEN NULL ELSE lease_expires_at END "
         "WHERE id = $1 AND tenant_id = $2 AND status IN ('queued', 'running') RETURNING status",
         run_id,
         tenant_id,
@@ -212,19 +305,27 @@ async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
     if row is None:
         raise Conflict(f"run {run_id} has already finished; nothing to cancel")
     await db.execute("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, run_id)
+    if row["status"] == "cancelled":
+        await db.execute("SELECT pg_notify($1, $2)", DONE_CHANNEL, run_id)
     return str(row["status"])
 
 
 async def resume(db: asyncpg.Pool, tenant_id: str, run_id: str) -> None:
-    """Re-queue a cancelled or failed run; it continues from its checkpoint."""
+    """Re-queue a cancelled or failed run (or a running one no worker holds); it
+    continues from its checkpoint. Clears a pending cancel request."""
     await get_run(db, tenant_id, run_id)
     done = await db.fetchval(
         "UPDATE runs SET status = 'queued', cancel_requested = false, error = NULL, "
-        "finished_at = NULL, lost_count = 0 "
-        "WHERE id = $1 AND tenant_id = $2 AND status IN ('cancelled', 'failed') RETURNING 1",
+        "finished_at = NULL, lost_count = 0, queued_at = now(), lease_owner = NULL, "
+        "lease_expires_at = NULL "
+        f"WHERE id = $1 AND tenant_id = $2 AND (status IN ('cancelled', 'failed') OR {NO_LEASE}) "
+        "RETURNING 1",
         run_id,
         tenant_id,
     )
     if done is None:
-        raise Conflict(f"run {run_id} is not cancelled or failed; only those can be resumed")
+        raise Conflict(
+            f"run {run_id} is not cancelled or failed; only those (and running runs that no "
+            "worker holds) can be resumed"
+        )
     await db.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, run_id)

@@ -84,6 +84,11 @@ runs = Table(
     Column("usage", JSONB),
     Column("trace_parent", Text),
     _now(),
+    # when the run last entered the queue (enqueue, resume, release, reclaim): queue age
+    # and queue wait are measured from it, not from created_at
+    Column("queued_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # a producer's key: a second enqueue with the same key (same tenant) returns the first run
+    Column("idempotency_key", Text),
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     CheckConstraint(
@@ -94,6 +99,13 @@ runs = Table(
     Index("runs_lease_idx", "lease_expires_at", postgresql_where=text("status = 'running'")),
     Index("runs_session_idx", "session_id"),
     Index("runs_tenant_created_idx", "tenant_id", "created_at"),
+    Index(
+        "runs_idempotency_key_idx",
+        "tenant_id",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
 )
 
 messages = Table(
@@ -121,6 +133,11 @@ tool_calls = Table(
     Column("result", JSONB, nullable=False),
     Column("attempt", Integer, nullable=False),
     _now(),
+    # the seq of the assistant message that made the call. A model may reuse a
+    # tool_use id in a later turn: the row is a resume journal, so the later call's
+    # result replaces it, and a resume uses a row only for the very turn that made
+    # it. NULL: written by code older than this column (matches any turn).
+    Column("message_seq", Integer),
 )
 
 run_events = Table(

@@ -40,7 +40,16 @@ LEASE_LOST = Counter(
     "hango_lease_lost_total", "Run attempts abandoned because another worker took the lease."
 )
 QUEUE_DEPTH = Gauge("hango_queue_depth", "Runs waiting in status queued.")
-QUEUE_OLDEST_AGE = Gauge("hango_queue_oldest_age_seconds", "Age of the oldest queued run.")
+QUEUE_OLDEST_AGE = Gauge(
+    "hango_queue_oldest_age_seconds",
+    "How long the oldest queued run has waited since it was (re)queued.",
+)
+QUEUE_WAIT_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600]
+QUEUE_WAIT = Histogram(
+    "hango_queue_wait_seconds",
+    "Time a run waited in the queue, from enqueue (or resume, release, reclaim) to claim.",
+    buckets=[*QUEUE_WAIT_BUCKETS, 7200, 21600],
+)
 RUNS_IN_FLIGHT = Gauge("hango_runs_in_flight", "Runs this worker is executing now.")
 MODEL_RETRIES = Counter(
     "hango_model_retries_total", "Model calls retried after a retryable error.", ["error_type"]
@@ -79,6 +88,8 @@ KNOWN_ERROR_TYPES = frozenset(
         "invalid_agent",
         "invalid_history",
         "invalid_input",
+        "invalid_tool_result",
+        "invalid_row",
         "agent_not_found",
         "internal_error",
         "refusal",
