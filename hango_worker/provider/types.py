@@ -46,9 +46,30 @@ class ToolUseBlock:
     # False when the stream ended (max_tokens) before the arguments were complete:
     # such a call must never be executed.
     complete: bool = True
+    # Why the streamed arguments are unusable (not JSON, or JSON but not an object);
+    # such a call is not executed: the model gets this as an error result. Not stored.
+    input_error: str | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
+
+
+_JSON_TYPES: dict[type, str] = {
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    type(None): "null",
+}
+
+
+def tool_input(value: JSON) -> tuple[dict[str, JSON], str | None]:
+    """A tool call's arguments must be a JSON object: `(value, None)`, else `({}, why)`."""
+    if isinstance(value, dict):
+        return value, None
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    return {}, f"arguments must be a JSON object, got {kind}"
 
 
 @dataclass(slots=True)
@@ -223,6 +244,17 @@ class ModelError(Exception):
         self.status = status
         self.request_id = request_id
         self.retry_after_s = retry_after_s
+
+    def redacted(self, scrub: Callable[[str], str]) -> ModelError:
+        """A copy with `scrub` applied to every string it carries (all of them are stored)."""
+        return ModelError(
+            scrub(self.type),
+            scrub(self.message),
+            retryable=self.retryable,
+            status=self.status,
+            request_id=scrub(self.request_id) if self.request_id is not None else None,
+            retry_after_s=self.retry_after_s,
+        )
 
     def to_dict(self) -> dict[str, JSON]:
         d: dict[str, JSON] = {"type": self.type, "message": self.message}
