@@ -6,8 +6,9 @@ all; either, in model output or a tool result, would fail the run when it is
 stored. The rule, applied before anything is stored: each NUL and each lone
 surrogate becomes U+FFFD (the replacement character); a surrogate pair that a
 stream delivered as two halves becomes the character it encodes. Nothing else
-is changed. Where it happens: the providers' response assembly
-(`clean_message`) and `ToolResult` creation (`clean_text`); each records a
+is changed, and the length in characters stays the same unless a pair is
+joined. Where it happens: the providers' response assembly (`clean_message`),
+`ToolResult` creation and `ModelError` (`clean_text`); the first two record a
 `hango.text.sanitized` span event with the number of characters replaced.
 """
 
@@ -18,33 +19,18 @@ from typing import Any
 from opentelemetry import trace
 
 from hango_worker.provider.types import (
+    REPLACEMENT,
     Message,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    clean_text,
 )
 
-REPLACEMENT = "\ufffd"
+__all__ = ["REPLACEMENT", "clean_json", "clean_message", "clean_text", "record_sanitized"]
+
 SANITIZED_EVENT = "hango.text.sanitized"
-
-
-def clean_text(text: str) -> tuple[str, int]:
-    """(text with NUL and lone surrogates replaced by U+FFFD, how many were replaced)."""
-    if text.isascii():
-        n = text.count("\x00")
-        return (text.replace("\x00", REPLACEMENT), n) if n else (text, 0)
-    replaced = 0
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        before = text.count(REPLACEMENT)
-        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        replaced = text.count(REPLACEMENT) - before
-    nul = text.count("\x00")
-    if nul:
-        text = text.replace("\x00", REPLACEMENT)
-    return text, replaced + nul
 
 
 def clean_json(value: Any) -> tuple[Any, int]:

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 JSON: TypeAlias = Any
 Role = Literal["user", "assistant"]
+REPLACEMENT = "\ufffd"  # what NUL and lone surrogates become (see provider/sanitize.py)
 
 
 class StopReason(StrEnum):
@@ -224,6 +225,24 @@ class Response:
 TextSink: TypeAlias = Callable[[str], None]
 
 
+def clean_text(text: str) -> tuple[str, int]:
+    """(text with NUL and lone surrogates replaced by U+FFFD, how many were replaced)."""
+    if text.isascii():
+        n = text.count("\x00")
+        return (text.replace("\x00", REPLACEMENT), n) if n else (text, 0)
+    replaced = 0
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        before = text.count(REPLACEMENT)
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        replaced = text.count(REPLACEMENT) - before
+    nul = text.count("\x00")
+    if nul:
+        text = text.replace("\x00", REPLACEMENT)
+    return text, replaced + nul
+
+
 class ModelError(Exception):
     """A model call failed. `retryable` tells the loop whether backing off may help."""
 
@@ -237,12 +256,13 @@ class ModelError(Exception):
         request_id: str | None = None,
         retry_after_s: float | None = None,
     ) -> None:
+        type, message = clean_text(type)[0], clean_text(message)[0]  # both are stored
         super().__init__(f"{type}: {message}")
         self.type = type
         self.message = message
         self.retryable = retryable
         self.status = status
-        self.request_id = request_id
+        self.request_id = clean_text(request_id)[0] if request_id is not None else None
         self.retry_after_s = retry_after_s
 
     def redacted(self, scrub: Callable[[str], str]) -> ModelError:
