@@ -21,9 +21,20 @@ Errors become `ModelError`:
 - 400/401/403/404/413 (and other 4xx) are `retryable=False` and carry
   `{type, message, request_id}` from the API's error body.
 
+- an SSE frame whose data is not JSON, or an event of an unexpected shape, is
+  `malformed_stream`, `retryable=True` (most likely a glitch between us and
+  the API; a model call has no side effects, and the loop's retries are bounded).
+
 The API key never appears in an error: messages are built from the error body
-only, any occurrence of the key is replaced by `[redacted]`, and the SDK
-exception is not chained (`raise ... from None`).
+only, every string of a ModelError (type, message, request_id) has the
+client's credentials and anything shaped like an Anthropic key replaced by
+`[redacted]` and is cut to 2,000 characters, and the SDK exception is not
+chained (`raise ... from None`).
+
+Output that cannot be stored is made storable by one rule (`sanitize.py`): NUL
+and lone surrogates become U+FFFD. Tool arguments that are not a JSON object
+(or not JSON) give a call with `input={}` and `input_error` set, which the loop
+answers with an error result instead of executing it.
 
 OpenTelemetry: the SDK emits its own CLIENT span `anthropic.messages.create`
 per call (and injects `traceparent`). hango_worker's loop already emits the
