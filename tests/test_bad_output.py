@@ -349,3 +349,42 @@ async def test_a_key_echoed_in_the_request_id_is_never_stored(
     assert fake.requests[0].api_key == KEY  # the fake did see (and echo) the real key
     assert KEY not in json.dumps(run, default=str)
     assert "someone-elses" not in json.dumps(run, default=str)
+
+
+def test_the_sanitising_rule() -> None:
+    from hango_worker.provider.sanitize import clean_json, clean_text
+
+    assert clean_text("plain") == ("plain", 0)
+    assert clean_text("a\x00b\x00") == (f"a{R}b{R}", 2)
+    assert clean_text("x\ud800y\udfff") == (f"x{R}y{R}", 2)
+    assert clean_text("\ud83d\ude00 é") == ("\U0001f600 é", 0)  # a pair is its character
+    assert clean_text(f"kept {R}\x00") == (f"kept {R}{R}", 1)
+    assert clean_json({"k\x00": ["v\ud800", 1, None, {"n": "ok"}]}) == (
+        {f"k{R}": [f"v{R}", 1, None, {"n": "ok"}]},
+        2,
+    )
+
+
+def test_a_database_error_is_logged_with_its_sqlstate_not_its_message(
+    capsys: pytest.CaptureFixture[str], root_logging: None
+) -> None:
+    from hango_worker.telemetry.logs import setup_logging
+
+    setup_logging("INFO", "json")
+    log = logging.getLogger("hango_worker.test")
+    try:
+        try:
+            raise asyncpg.exceptions.UntranslatableCharacterError(f"JSON data: {SECRET_INPUT}")
+        except asyncpg.PostgresError as e:
+            raise RuntimeError(f"while storing {SECRET_INPUT}") from e
+    except RuntimeError:
+        log.exception("run crashed")
+    try:
+        raise ConnectionRefusedError(111, "Connection refused")
+    except OSError:
+        log.exception("claim failed")
+    crash, claim = (json.loads(x) for x in capsys.readouterr().out.splitlines())
+    assert SECRET_INPUT not in crash["exc"]
+    assert "UntranslatableCharacterError (SQLSTATE 22P05): [message withheld" in crash["exc"]
+    assert "RuntimeError: [message withheld" in crash["exc"] and "which led to" in crash["exc"]
+    assert claim["exc"].endswith("ConnectionRefusedError: [Errno 111] Connection refused")
