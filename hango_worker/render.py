@@ -107,7 +107,8 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
             p.line(f"  {marks.get(t['status'], '[?]')} {safe(t['content'])}")
     p.line(p(f"— {len(run.get('events', []))} events —", DIM))
     for e in run.get("events", []):
-        p.line(p(f"  #{e['seq']} {e['type']} (attempt {e['attempt']}, {e['worker_id']})", DIM))
+        line = f"  #{e['seq']} {safe(e['type'])} (attempt {e['attempt']}, {safe(e['worker_id'])})"
+        p.line(p(line, DIM))
 
 
 class LiveView:
@@ -153,9 +154,9 @@ class LiveView:
             block = {"type": "tool_result", **payload}
             self.p.line(block_lines(self.p, "user", block)[0])
         elif kind == "run_started" and payload.get("attempt", 1) > 1:
-            self.p.line(self.p(f"— attempt {payload.get('attempt')} started —", DIM))
+            self.p.line(self.p(f"— attempt {safe(payload.get('attempt'))} started —", DIM))
         elif kind == "run_finished":
-            self.p.line(self.p(f"— run finished: {payload.get('status')} —", BOLD))
+            self.p.line(self.p(f"— run finished: {safe(payload.get('status'))} —", BOLD))
 
     def _message(self, content: list[dict[str, Any]]) -> None:
         text = "".join(b.get("text", "") for b in content if b.get("type") == "text")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +18,10 @@ import jsonschema
 from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import ToolResultBlock, ToolSpec
 
+# Sync tool functions run here (a thread cannot be stopped: one that hangs holds its
+# thread until it returns, but never the event loop).
+TOOL_THREADS = 16
+_THREADS = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="hango-tool")
 # A tool call that has not finished after this many seconds is stopped and answered
 # with an error result (`Tool.timeout_s` overrides it per tool).
 DEFAULT_TOOL_TIMEOUT_S = 60.0
@@ -185,7 +192,12 @@ class Tool:
             getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
         ):
             return await fn(args, ctx)
-        out = await asyncio.to_thread(fn, args, ctx)  # sync: never on the event loop
+        # sync: never on the event loop, and in a pool of its own, so hung tools cannot
+        # starve the loop's default executor (DNS lookups use it)
+        context = contextvars.copy_context()  # the tool's span, the run id for logs
+        out = await asyncio.get_running_loop().run_in_executor(
+            _THREADS, functools.partial(context.run, fn, args, ctx)
+        )
         return await out if inspect.isawaitable(out) else out
 
 
