@@ -19,8 +19,7 @@ Errors become `ModelError`:
   `retryable=True` unless its type says the request itself is bad;
 - a dropped connection mid-stream is `retryable=True` (`api_connection_error`);
 - 400/401/403/404/413 (and other 4xx) are `retryable=False` and carry
-  `{type, message, request_id}` from the API's error body.
-
+  `{type, message, request_id}` from the API's error body;
 - an SSE frame whose data is not JSON, or an event of an unexpected shape, is
   `malformed_stream`, `retryable=True` (most likely a glitch between us and
   the API; a model call has no side effects, and the loop's retries are bounded).
