@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, TextIO
+
+from hango_worker.provider.sanitize import clean_text
 
 DIM, BOLD, GREEN, RED, CYAN, YELLOW, RESET = (
     "\033[2m",
@@ -15,6 +18,27 @@ DIM, BOLD, GREEN, RED, CYAN, YELLOW, RESET = (
     "\033[33m",
     "\033[0m",
 )
+
+
+# Terminal control sequences in stored text (model output, tool results, errors) must
+# never reach the operator's terminal: an escape can retitle, recolour or clear it.
+# ESC sequences (CSI, OSC/DCS/APC/PM/SOS strings, two-character escapes) and their
+# 8-bit C1 forms go as a whole; every other C0/C1 control character except \n and
+# \t is dropped. Lone surrogates become U+FFFD (they cannot be written at all).
+_CONTROL = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"  # CSI … final byte
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # strings
+    r"|\x1b[ -/]*[0-~]?"  # other escapes
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # other controls
+)
+
+
+def safe(text: Any) -> str:
+    """`text` as it may be printed: no terminal control sequences (see `_CONTROL`)."""
+    s = text if isinstance(text, str) else str(text)
+    if s.isprintable() or (s.isascii() and not _CONTROL.search(s)):
+        return s
+    return _CONTROL.sub("", clean_text(s)[0])
 
 
 class Painter:
@@ -37,7 +61,7 @@ class Painter:
 
 
 def short(value: Any, limit: int = 160) -> str:
-    s = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    s = safe(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -45,15 +69,15 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
     kind = block.get("type")
     if kind == "text":
         who = p("assistant", BOLD, CYAN) if role == "assistant" else p("user", BOLD)
-        return [f"{who}: {block.get('text', '')}"]
+        return [f"{who}: {safe(block.get('text', ''))}"]
     if kind == "tool_use":
-        return [p(f"  → {block.get('name')}({short(block.get('input'))})", YELLOW)]
+        return [p(f"  → {safe(block.get('name'))}({short(block.get('input'))})", YELLOW)]
     if kind == "tool_result":
         mark = p("  ✗ ", RED) if block.get("is_error") else p("  ← ", GREEN)
         return [mark + short(block.get("content", ""))]
     if kind == "thinking":
         return [p(f"  (thinking) {short(block.get('thinking', ''))}", DIM)]
-    return [p(f"  [{kind}]", DIM)]
+    return [p(f"  [{safe(kind)}]", DIM)]
 
 
 def print_run(p: Painter, run: dict[str, Any]) -> None:
@@ -68,7 +92,8 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
     if run.get("usage"):
         p.line(p(f"usage {json.dumps(run['usage'])}", DIM))
     if run.get("error"):
-        p.line(p(f"error {run['error'].get('type')}: {run['error'].get('message')}", RED))
+        err = run["error"]
+        p.line(p(f"error {safe(err.get('type'))}: {safe(err.get('message'))}", RED))
     p.line(p("— transcript —", DIM))
     for m in run.get("transcript", []):
         for b in m["content"]:
@@ -79,10 +104,11 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
         p.line(p("— plan (state_json.todos) —", DIM))
         marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]"}
         for t in todos:
-            p.line(f"  {marks.get(t['status'], '[?]')} {t['content']}")
+            p.line(f"  {marks.get(t['status'], '[?]')} {safe(t['content'])}")
     p.line(p(f"— {len(run.get('events', []))} events —", DIM))
     for e in run.get("events", []):
-        p.line(p(f"  #{e['seq']} {e['type']} (attempt {e['attempt']}, {e['worker_id']})", DIM))
+        line = f"  #{e['seq']} {safe(e['type'])} (attempt {e['attempt']}, {safe(e['worker_id'])})"
+        p.line(p(line, DIM))
 
 
 class LiveView:
@@ -111,7 +137,7 @@ class LiveView:
         if not self.streaming:
             self.p.raw(self.p("assistant", BOLD, CYAN) + ": ")
             self.streaming = True
-        self.p.raw(new)
+        self.p.raw(safe(new))
         self.printed += len(new)
 
     def events(self, run_id: str, events: list[dict[str, Any]]) -> None:
@@ -128,9 +154,9 @@ class LiveView:
             block = {"type": "tool_result", **payload}
             self.p.line(block_lines(self.p, "user", block)[0])
         elif kind == "run_started" and payload.get("attempt", 1) > 1:
-            self.p.line(self.p(f"— attempt {payload.get('attempt')} started —", DIM))
+            self.p.line(self.p(f"— attempt {safe(payload.get('attempt'))} started —", DIM))
         elif kind == "run_finished":
-            self.p.line(self.p(f"— run finished: {payload.get('status')} —", BOLD))
+            self.p.line(self.p(f"— run finished: {safe(payload.get('status'))} —", BOLD))
 
     def _message(self, content: list[dict[str, Any]]) -> None:
         text = "".join(b.get("text", "") for b in content if b.get("type") == "text")

@@ -62,7 +62,7 @@ async def serve(
     """Run a worker until it is shut down (or, with until_idle, the queue is empty).
     `on_ready` receives the worker and its metrics server once both are up."""
     if logs:
-        setup_logging(settings.log_level, settings.log_format)
+        setup_logging(settings.log_level, settings.log_format, settings.capture_content)
     own_provider = provider is None
     provider = provider or make_provider(settings)
     registry = registry or Registry.default(modules=settings.tool_modules)

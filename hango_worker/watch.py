@@ -32,9 +32,9 @@ async def watch(
     listener = await db.connect(dsn)
 
     def on_text(conn: object, pid: int, channel: str, payload: str) -> None:
-        with contextlib.suppress(ValueError, KeyError):
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # not ours: ignored
             msg = json.loads(payload)
-            if msg["run_id"] == run_id:
+            if msg["run_id"] == run_id and isinstance(msg["text"], str):
                 view.delta(run_id, msg["text"], offset=int(msg["offset"]))
 
     await listener.add_listener(TEXT_CHANNEL, on_text)

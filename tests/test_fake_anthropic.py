@@ -432,6 +432,40 @@ def test_midstream_drop_cuts_the_chunked_body(fake: FakeAnthropic) -> None:
         post(fake, body_for(stream=True))
 
 
+def test_midstream_garbage_sends_a_frame_that_is_not_json(fake: FakeAnthropic) -> None:
+    fake.inject("midstream_garbage", message="{half")
+    status, _, data = post(fake, body_for(stream=True))
+    assert status == 200
+    *good, last = data.decode().rstrip("\n").split("\n\n")
+    assert [f.split("\n")[0] for f in good] == [
+        "event: message_start",
+        "event: ping",
+        "event: content_block_start",
+        "event: content_block_delta",
+    ]
+    assert last == "event: content_block_delta\ndata: {half"
+
+
+def test_a_fault_can_echo_the_key_in_its_request_id(fake: FakeAnthropic) -> None:
+    fake.inject("400", request_id="req_{api_key}_x")
+    status, headers, data = post(fake, body_for())
+    assert status == 400 and headers["request-id"] == f"req_{KEY}_x"
+    assert json.loads(data)["request_id"] == f"req_{KEY}_x"
+
+
+def test_tool_inputs_can_be_any_json_and_come_whole_in_block_start(fake: FakeAnthropic) -> None:
+    calls = [{"name": "t", "input": [1, 2]}, {"name": "t", "input": "s"}]
+    fake.load([{"tool_calls": calls, "inputs_in_start": True}])
+    frames = parse_sse(post(fake, body_for(stream=True))[2])
+    starts = [f["content_block"] for k, f in frames if k == "content_block_start"]
+    assert [b["input"] for b in starts] == [[1, 2], "s"]
+    assert not [f for k, f in frames if k == "content_block_delta"]
+    fake.load([{"tool_calls": calls}])
+    frames = parse_sse(post(fake, body_for(stream=True))[2])
+    deltas = [f["delta"]["partial_json"] for k, f in frames if k == "content_block_delta"]
+    assert "".join(deltas) == '[1, 2]"s"'
+
+
 def test_injected_faults_come_before_the_script(fake: FakeAnthropic) -> None:
     fake.inject(Fault(fault="500", times=2))
     fake.inject({"fault": "403", "message": "nope"})

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallR
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, StateError
+from hango_worker.provider.sanitize import record_sanitized
 from hango_worker.provider.types import (
     Message,
     ModelError,
@@ -40,7 +41,7 @@ from hango_worker.provider.types import (
 from hango_worker.telemetry import genai
 from hango_worker.telemetry.tracing import mark_error, tracer, turn_span
 from hango_worker.tool.registry import View
-from hango_worker.tool.types import Tool, ToolContext, ToolResult
+from hango_worker.tool.types import Tool, ToolContext, ToolResult, stop_task
 
 
 class RunCancelled(Exception):
@@ -236,20 +237,33 @@ class AgentLoop:
         results = []
         seen: set[str] = set()
         for call in uses:
-            if call.id in seen:
-                result = _duplicate_id(call)
-            elif not call.complete or stop == StopReason.MAX_TOKENS:
-                result = ToolResult.error(
-                    "not executed: the response was cut off by max_tokens before this call's "
-                    "arguments were complete; send the call again"
-                )
-            else:
+            result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
+            if result is None:
                 result = await self._one_tool(state, call)
             seen.add(call.id)
             await self.io.record_tool_result(state, call, result, self._tool_event(call, result))
             results.append(result.to_block(call.id))
         state.messages.append(Message("user", list(results)))
         state.scratch.clear()
+
+    def _not_executed(self, call: ToolUseBlock, stop: StopReason) -> ToolResult | None:
+        """The error result for a call that must not run (None: run it)."""
+        if stop == StopReason.MAX_TOKENS or (not call.complete and call.input_error is None):
+            return ToolResult.error(
+                "not executed: the response was cut off by max_tokens before this call's "
+                "arguments were complete; send the call again"
+            )
+        if call.input_error is not None:
+            return ToolResult.error(
+                f"not executed: {call.input_error}; send the call again with its arguments "
+                "as a JSON object",
+                "invalid_arguments",
+            )
+        if self.io.cancel_event.is_set():
+            return ToolResult.error(
+                "not executed: the run was cancelled before this call started", "cancelled"
+            )
+        return None
 
     @staticmethod
     def _tool_event(call: ToolUseBlock, result: ToolResult) -> Event:
@@ -260,13 +274,17 @@ class AgentLoop:
 
     async def _one_tool(self, state: State, call: ToolUseBlock) -> ToolResult:
         ctx = ToolContext(run_id=state.run_id, tenant_id=state.tenant_id, tool_use_id=call.id)
-        with genai.tool_span(
-            call, self._tools.get(call.name), self.settings.capture_content
-        ) as span:
-            result = await self.chain.tool_call(
-                ToolCallRequest(call, state, ctx, self._tools.get(call.name)),
-                self._base_tool_handler,
+        tool = self._tools.get(call.name)
+        with genai.tool_span(call, tool, self.settings.capture_content) as span:
+            result = await self._tool_or_cancel(
+                self.chain.tool_call(
+                    ToolCallRequest(call, state, ctx, tool), self._base_tool_handler
+                )
             )
+            if result.outcome in ("timeout", "cancelled"):
+                limit = tool.limit_s if tool is not None else 0.0
+                span.add_event(f"tool.{result.outcome}", {"hango.tool.timeout_s": limit})
+            record_sanitized("tool_result", result.sanitized, span)
             genai.end_tool_span(
                 span,
                 call.name if call.name in self._tools else "_unknown",
@@ -274,6 +292,27 @@ class AgentLoop:
                 self.settings.capture_content,
             )
         return result
+
+    async def _tool_or_cancel(self, call: Coroutine[Any, Any, ToolResult]) -> ToolResult:
+        """Run one tool call (through the chain), but stop it as soon as the run is
+        cancelled: the call is then answered as interrupted, its outcome unknown."""
+        task = asyncio.ensure_future(call)
+        waiter = asyncio.ensure_future(self.io.cancel_event.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await stop_task(task)
+            raise
+        finally:
+            waiter.cancel()
+        if task.done():
+            return task.result()
+        await stop_task(task)
+        return ToolResult.error(
+            "interrupted: the run was cancelled while this tool was running; "
+            "its outcome is unknown",
+            "cancelled",
+        )
 
     # -- the two base handlers -----------------------------------------------------------
 

@@ -19,11 +19,21 @@ Errors become `ModelError`:
   `retryable=True` unless its type says the request itself is bad;
 - a dropped connection mid-stream is `retryable=True` (`api_connection_error`);
 - 400/401/403/404/413 (and other 4xx) are `retryable=False` and carry
-  `{type, message, request_id}` from the API's error body.
+  `{type, message, request_id}` from the API's error body;
+- an SSE frame whose data is not JSON, or an event of an unexpected shape, is
+  `malformed_stream`, `retryable=True` (most likely a glitch between us and
+  the API; a model call has no side effects, and the loop's retries are bounded).
 
 The API key never appears in an error: messages are built from the error body
-only, any occurrence of the key is replaced by `[redacted]`, and the SDK
-exception is not chained (`raise ... from None`).
+only, every string of a ModelError (type, message, request_id) has the
+client's credentials and anything shaped like an Anthropic key replaced by
+`[redacted]` and is cut to 2,000 characters, and the SDK exception is not
+chained (`raise ... from None`).
+
+Output that cannot be stored is made storable by one rule (`sanitize.py`): NUL
+and lone surrogates become U+FFFD. Tool arguments that are not a JSON object
+(or not JSON) give a call with `input={}` and `input_error` set, which the loop
+answers with an error result instead of executing it.
 
 OpenTelemetry: the SDK emits its own CLIENT span `anthropic.messages.create`
 per call (and injects `traceparent`). hango_worker's loop already emits the
@@ -39,6 +49,7 @@ passed in is used as it is.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -57,6 +68,7 @@ from anthropic.types import (
     ThinkingDelta,
 )
 
+from hango_worker.provider.sanitize import clean_message, clean_text, record_sanitized
 from hango_worker.provider.types import (
     Block,
     Message,
@@ -70,6 +82,7 @@ from hango_worker.provider.types import (
     ToolResultBlock,
     ToolUseBlock,
     Usage,
+    tool_input,
 )
 
 # Error types that say the request itself is wrong: retrying cannot help,
@@ -95,6 +108,10 @@ _TYPE_BY_STATUS = {
 }
 _STOP_REASONS = {s.value: s for s in StopReason}
 REDACTED = "[redacted]"
+# Anthropic API keys, wherever they turn up (e.g. a proxy echoing one in a header).
+_KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}")
+MAX_ERROR_STRING = 2000  # characters kept of each string stored from a provider error
+MALFORMED_STREAM = "malformed_stream"
 
 
 class MissingCredentialsError(ValueError):
@@ -131,15 +148,21 @@ class AnthropicProvider:
         await self.client.close()
 
     async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
+        try:
+            return await self._complete(request, on_text)
+        except ModelError as e:  # every string of it is stored: no key, no NUL, bounded
+            raise e.redacted(self._scrub) from None
+
+    def _scrub(self, text: str) -> str:
+        return clean_text(redact(text, self._secrets))[0][:MAX_ERROR_STRING]
+
+    async def _complete(self, request: Request, on_text: TextSink | None) -> Response:
         started = time.perf_counter()
         acc = _Accumulator(on_text)
         try:
             stream = await self._create(request)
             async with stream:
-                async for event in stream:
-                    if acc.first_chunk_s is None:
-                        acc.first_chunk_s = time.perf_counter() - started
-                    acc.feed(event)
+                await _consume(stream, acc, started)
         except anthropic.APIStatusError as e:
             raise status_error(e, self._secrets) from None
         except anthropic.APIConnectionError as e:
@@ -148,6 +171,12 @@ class AnthropicProvider:
             msg = f"the connection failed mid-stream ({type(e).__name__}: {e})"
             raise ModelError(
                 "api_connection_error", redact(msg, self._secrets), retryable=True
+            ) from None
+        except json.JSONDecodeError as e:  # an SSE frame whose data is not JSON
+            raise ModelError(
+                MALFORMED_STREAM,
+                f"the API sent a stream frame that is not JSON ({e.msg} at character {e.pos})",
+                retryable=True,
             ) from None
         except anthropic.AnthropicError as e:  # credentials, response validation, …
             etype = (
@@ -246,6 +275,24 @@ def _results_not_first(content: list[Block]) -> bool:
     return False
 
 
+async def _consume(
+    stream: anthropic.AsyncStream[RawMessageStreamEvent], acc: _Accumulator, started: float
+) -> None:
+    async for event in stream:
+        if acc.first_chunk_s is None:
+            acc.first_chunk_s = time.perf_counter() - started
+        try:
+            acc.feed(event)
+        except (AttributeError, TypeError, KeyError, ValueError) as e:
+            kind = getattr(event, "type", type(event).__name__)
+            raise ModelError(
+                MALFORMED_STREAM,
+                f"the API sent a {str(kind)[:40]!r} event of an unexpected shape "
+                f"({type(e).__name__})",
+                retryable=True,
+            ) from None
+
+
 class _Accumulator:
     """Folds raw stream events into a Response. `feed` is the per-event hot path."""
 
@@ -296,7 +343,8 @@ class _Accumulator:
         elif cb.type == "thinking":
             block = ThinkingBlock(thinking=cb.thinking, signature=cb.signature)
         elif cb.type == "tool_use":
-            block = ToolUseBlock(id=cb.id, name=cb.name, input=dict(cb.input or {}))
+            args, problem = tool_input({} if cb.input is None else cb.input)
+            block = ToolUseBlock(id=cb.id, name=cb.name, input=args, input_error=problem)
         else:
             return  # server-tool and redacted blocks have no counterpart in our types
         self._blocks[event.index] = block
@@ -357,8 +405,10 @@ class _Accumulator:
             block = self._blocks[index]
             if isinstance(block, ToolUseBlock):
                 block.complete, block.input = False, {}
+        message = Message(role="assistant", content=list(self._blocks.values()))
+        record_sanitized("model_output", clean_message(message))
         return Response(
-            message=Message(role="assistant", content=list(self._blocks.values())),
+            message=message,
             stop_reason=stop,
             usage=self._usage,
             id=self.id,
@@ -368,27 +418,29 @@ class _Accumulator:
 
 
 def _set_tool_input(block: ToolUseBlock, raw: str) -> None:
-    """Parse the streamed arguments; unparseable (cut-off) JSON marks the call incomplete."""
+    """Parse the streamed arguments. Unparseable JSON (a cut-off, or garbage) marks the
+    call incomplete; JSON that is not an object is answered to the model as an error."""
     if not raw:
         return  # no argument deltas: the input sent with content_block_start stands
     try:
         value = json.loads(raw)
     except ValueError:
-        value = None
-    if isinstance(value, dict):
-        block.input = value
-    else:
         block.complete, block.input = False, {}
+        block.input_error = "its arguments are not valid JSON"
+        return
+    block.input, block.input_error = tool_input(value)
 
 
 # -- errors --------------------------------------------------------------------------------
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` with the client's own credentials and anything shaped like an API key
+    replaced by `[redacted]`."""
     for s in secrets:
         if s and s in text:
             text = text.replace(s, REDACTED)
-    return text
+    return _KEY_PATTERN.sub(REDACTED, text) if "sk-ant-" in text else text
 
 
 def retry_after_s(headers: Any) -> float | None:
@@ -433,7 +485,7 @@ def status_error(e: anthropic.APIStatusError, secrets: tuple[str, ...] = ()) -> 
         redact(message, secrets),
         retryable=retryable,
         status=status,
-        request_id=e.request_id or body_rid,
+        request_id=redact(rid, secrets) if (rid := e.request_id or body_rid) else None,
         retry_after_s=retry_after_s(e.response.headers) if retryable else None,
     )
 

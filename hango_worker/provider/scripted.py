@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hango_worker.provider.sanitize import clean_message, record_sanitized
 from hango_worker.provider.types import (
     Block,
     Message,
@@ -38,6 +39,7 @@ from hango_worker.provider.types import (
     ThinkingBlock,
     ToolUseBlock,
     Usage,
+    tool_input,
 )
 
 LABEL = "scripted model (deterministic, offline — not Claude)"
@@ -46,7 +48,8 @@ LABEL = "scripted model (deterministic, offline — not Claude)"
 class ScriptedToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
-    input: dict[str, Any] = Field(default_factory=dict)
+    # any JSON value: a model can send arguments that are not an object (an error for it)
+    input: Any = Field(default_factory=dict)
     id: str | None = None
 
 
@@ -159,11 +162,11 @@ class ScriptedProvider:
                     await asyncio.sleep(self.chunk_delay_s)
             content.append(TextBlock(text=turn.text))
         for j, call in enumerate(turn.tool_calls):
-            content.append(
-                ToolUseBlock(
-                    id=call.id or f"toolu_s{index:04d}_{j}", name=call.name, input=call.input
-                )
-            )
+            args, problem = tool_input(call.input)
+            tid = call.id or f"toolu_s{index:04d}_{j}"
+            content.append(ToolUseBlock(id=tid, name=call.name, input=args, input_error=problem))
+        message = Message(role="assistant", content=content)
+        record_sanitized("model_output", clean_message(message))
         stop = turn.stop_reason or (StopReason.TOOL_USE if turn.tool_calls else StopReason.END_TURN)
         usage = (
             Usage.from_dict(turn.usage)
@@ -174,7 +177,7 @@ class ScriptedProvider:
             )
         )
         return Response(
-            message=Message(role="assistant", content=content),
+            message=message,
             stop_reason=stop,
             usage=usage,
             id=f"msg_scripted_{index:04d}",

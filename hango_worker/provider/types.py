@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 
 JSON: TypeAlias = Any
 Role = Literal["user", "assistant"]
+REPLACEMENT = "\ufffd"  # what NUL and lone surrogates become (see provider/sanitize.py)
 
 
 class StopReason(StrEnum):
@@ -46,9 +47,30 @@ class ToolUseBlock:
     # False when the stream ended (max_tokens) before the arguments were complete:
     # such a call must never be executed.
     complete: bool = True
+    # Why the streamed arguments are unusable (not JSON, or JSON but not an object);
+    # such a call is not executed: the model gets this as an error result. Not stored.
+    input_error: str | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
+
+
+_JSON_TYPES: dict[type, str] = {
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "number",
+    float: "number",
+    type(None): "null",
+}
+
+
+def tool_input(value: JSON) -> tuple[dict[str, JSON], str | None]:
+    """A tool call's arguments must be a JSON object: `(value, None)`, else `({}, why)`."""
+    if isinstance(value, dict):
+        return value, None
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    return {}, f"arguments must be a JSON object, got {kind}"
 
 
 @dataclass(slots=True)
@@ -203,6 +225,24 @@ class Response:
 TextSink: TypeAlias = Callable[[str], None]
 
 
+def clean_text(text: str) -> tuple[str, int]:
+    """(text with NUL and lone surrogates replaced by U+FFFD, how many were replaced)."""
+    if text.isascii():
+        n = text.count("\x00")
+        return (text.replace("\x00", REPLACEMENT), n) if n else (text, 0)
+    replaced = 0
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        before = text.count(REPLACEMENT)
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        replaced = text.count(REPLACEMENT) - before
+    nul = text.count("\x00")
+    if nul:
+        text = text.replace("\x00", REPLACEMENT)
+    return text, replaced + nul
+
+
 class ModelError(Exception):
     """A model call failed. `retryable` tells the loop whether backing off may help."""
 
@@ -216,13 +256,25 @@ class ModelError(Exception):
         request_id: str | None = None,
         retry_after_s: float | None = None,
     ) -> None:
+        type, message = clean_text(type)[0], clean_text(message)[0]  # both are stored
         super().__init__(f"{type}: {message}")
         self.type = type
         self.message = message
         self.retryable = retryable
         self.status = status
-        self.request_id = request_id
+        self.request_id = clean_text(request_id)[0] if request_id is not None else None
         self.retry_after_s = retry_after_s
+
+    def redacted(self, scrub: Callable[[str], str]) -> ModelError:
+        """A copy with `scrub` applied to every string it carries (all of them are stored)."""
+        return ModelError(
+            scrub(self.type),
+            scrub(self.message),
+            retryable=self.retryable,
+            status=self.status,
+            request_id=scrub(self.request_id) if self.request_id is not None else None,
+            retry_after_s=self.retry_after_s,
+        )
 
     def to_dict(self) -> dict[str, JSON]:
         d: dict[str, JSON] = {"type": self.type, "message": self.message}

@@ -142,4 +142,5 @@ def end_tool_span(span: Span, name: str, result: Any, capture_content: bool) -> 
         span.set_attribute("gen_ai.tool.call.result", result.content)
     if result.is_error:
         mark_error(span, "tool_error")
-    metrics.TOOL_CALLS.labels(name, "error" if result.is_error else "ok").inc()
+    outcome = getattr(result, "outcome_label", None) or ("error" if result.is_error else "ok")
+    metrics.TOOL_CALLS.labels(name, outcome).inc()

@@ -33,12 +33,44 @@ _BINOPS: dict[type[ast.operator], Any] = {
     ast.Pow: operator.pow,
 }
 _UNOPS: dict[type[ast.unaryop], Any] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCS: dict[str, Any] = {"sqrt": math.sqrt, "abs": abs, "round": round, "min": min, "max": max}
-_CONSTS = {"pi": math.pi, "e": math.e}
+
+
+# Bounds that keep every evaluation to microseconds, so it can run on the event loop:
+# an integer result may have at most MAX_INT_BITS bits (about 1,200 digits), and
+# `round` at most MAX_ROUND_DIGITS digits. Anything bigger is refused before it is computed.
+MAX_INT_BITS = 4000
+MAX_ROUND_DIGITS = 1000
 
 
 class CalcError(ValueError):
     pass
+
+
+def _check_size(op: ast.operator, left: Any, right: Any) -> None:
+    """Refuse integer powers and products whose result could exceed MAX_INT_BITS."""
+    if not (type(left) is int and type(right) is int):
+        return  # floats overflow (OverflowError) instead of growing
+    if isinstance(op, ast.Pow) and right > 0 and abs(left) > 1:
+        bits = right * abs(left).bit_length()  # an upper bound of the result's size
+    elif isinstance(op, ast.Mult):
+        bits = abs(left).bit_length() + abs(right).bit_length()
+    else:
+        return
+    if bits > MAX_INT_BITS:
+        raise CalcError(
+            f"the result could be larger than the calculator's limit ({MAX_INT_BITS} bits, "
+            "about 1,200 digits)"
+        )
+
+
+def _round(x: Any, ndigits: Any = None) -> Any:
+    if ndigits is not None and (type(ndigits) is not int or abs(ndigits) > MAX_ROUND_DIGITS):
+        raise CalcError(f"round() takes an integer number of digits up to {MAX_ROUND_DIGITS}")
+    return round(x) if ndigits is None else round(x, ndigits)
+
+
+_FUNCS: dict[str, Any] = {"sqrt": math.sqrt, "abs": abs, "round": _round, "min": min, "max": max}
+_CONSTS = {"pi": math.pi, "e": math.e}
 
 
 def evaluate(expr: str) -> float | int:
@@ -62,8 +94,7 @@ def _eval(node: ast.AST) -> Any:
         return _CONSTS[node.id]
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 100:
-            raise CalcError("exponent larger than 100")
+        _check_size(node.op, left, right)
         return _BINOPS[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNOPS:
         return _UNOPS[type(node.op)](_eval(node.operand))
@@ -80,7 +111,7 @@ def _eval(node: ast.AST) -> Any:
 async def _calculator(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     try:
         value = evaluate(args["expression"])
-    except (CalcError, ZeroDivisionError, OverflowError, ValueError, TypeError) as e:
+    except (CalcError, ArithmeticError, ValueError, TypeError, RecursionError, MemoryError) as e:
         return ToolResult.error(f"cannot evaluate: {e}")
     return ToolResult(str(value))
 

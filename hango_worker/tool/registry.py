@@ -22,8 +22,15 @@ class Registry:
             self.add(t)
 
     def add(self, tool: Tool) -> None:
+        """Register a tool; ToolLoadError when its definition is invalid (name, input
+        schema, time limit) or its name is taken, so a bad tool stops the worker at
+        start-up instead of failing every call."""
+        try:
+            tool.check()
+        except ValueError as e:
+            raise ToolLoadError(str(e)) from None
         if tool.name in self._tools:
-            raise ValueError(f"tool {tool.name!r} is registered twice")
+            raise ToolLoadError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
@@ -69,7 +76,7 @@ class Registry:
 
 
 class ToolLoadError(RuntimeError):
-    pass
+    """A tool could not be loaded or is invalid; the message names it."""
 
 
 def _import_attr(spec: str) -> object:

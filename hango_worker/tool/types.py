@@ -2,23 +2,66 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
+import inspect
+import json
+import re
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
+from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import ToolResultBlock, ToolSpec
+
+# Sync tool functions run here (a thread cannot be stopped: one that hangs holds its
+# thread until it returns, but never the event loop).
+TOOL_THREADS = 16
+_THREADS = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="hango-tool")
+# A tool call that has not finished after this many seconds is stopped and answered
+# with an error result (`Tool.timeout_s` overrides it per tool).
+DEFAULT_TOOL_TIMEOUT_S = 60.0
+# After a timeout or a cancel, how long a tool gets to unwind before it is abandoned.
+STOP_GRACE_S = 1.0
+# How a call ended, for `hango_tool_calls_total{outcome}` (bounded on purpose).
+OUTCOMES = frozenset(
+    {"ok", "error", "invalid_arguments", "crashed", "bad_result", "timeout", "cancelled"}
+)
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
 
 
 @dataclass(slots=True, frozen=True)
 class ToolResult:
+    """What a tool call gave. `content` is text: anything else is JSON-encoded (a value
+    that is not JSON-serialisable raises TypeError), and NUL characters and lone
+    surrogates become U+FFFD (`provider/sanitize.py`); `sanitized` counts them."""
+
     content: str
     is_error: bool = False
+    outcome: str | None = field(default=None, compare=False)
+    sanitized: int = field(default=0, compare=False, init=False)
+
+    def __post_init__(self) -> None:
+        content: Any = self.content
+        if not isinstance(content, str):
+            content = as_text(content)
+        clean, n = clean_text(content)
+        object.__setattr__(self, "content", clean)
+        object.__setattr__(self, "sanitized", n)
+        if self.outcome is not None and self.outcome not in OUTCOMES:
+            raise ValueError(f"unknown tool outcome {self.outcome!r}")
 
     @classmethod
-    def error(cls, message: str) -> ToolResult:
-        return cls(content=message, is_error=True)
+    def error(cls, message: str, outcome: str | None = None) -> ToolResult:
+        return cls(content=message, is_error=True, outcome=outcome)
+
+    @property
+    def outcome_label(self) -> str:
+        return self.outcome or ("error" if self.is_error else "ok")
 
     def to_block(self, tool_use_id: str) -> ToolResultBlock:
         return ToolResultBlock(
@@ -33,6 +76,16 @@ class ToolResult:
         return cls(content=str(d.get("content", "")), is_error=bool(d.get("is_error", False)))
 
 
+def as_text(value: Any) -> str:
+    """The text of a tool's non-string result: JSON (dicts, lists, numbers, None)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"a tool result must be str, ToolResult or JSON data; got {type(value).__name__}"
+        ) from None
+
+
 @dataclass(slots=True, frozen=True)
 class ToolContext:
     """What a tool knows about the call it serves (ids for idempotency keys, logging)."""
@@ -42,23 +95,48 @@ class ToolContext:
     tool_use_id: str
 
 
-ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable["ToolResult | str"]]
+# A tool function: async (run on the event loop) or sync (run in a worker thread).
+ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[Any] | Any]
 
 
 @dataclass(slots=True)
 class Tool:
     """A callable tool. `idempotent` tools may be re-executed after a crash;
-    others never are (their interrupted calls are repaired instead)."""
+    others never are (their interrupted calls are repaired instead). `timeout_s`
+    bounds one call (None: DEFAULT_TOOL_TIMEOUT_S)."""
 
     name: str
     description: str
     input_schema: dict[str, Any]
     call: ToolFn
     idempotent: bool = False
+    timeout_s: float | None = None
     _validator: Any = field(default=None, init=False, repr=False)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.input_schema)
+
+    @property
+    def limit_s(self) -> float:
+        return DEFAULT_TOOL_TIMEOUT_S if self.timeout_s is None else self.timeout_s
+
+    def check(self) -> None:
+        """Raise ValueError naming what is wrong with this tool's definition."""
+        if not isinstance(self.name, str) or not TOOL_NAME.match(self.name):
+            raise ValueError(f"tool name {self.name!r} must match {TOOL_NAME.pattern}")
+        where = f"tool {self.name!r}"
+        if not callable(self.call):
+            raise ValueError(f"{where}: call is not callable")
+        if not (isinstance(self.limit_s, int | float) and 0 < self.limit_s < float("inf")):
+            raise ValueError(f"{where}: timeout_s must be a positive number of seconds")
+        schema = self.input_schema
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            raise ValueError(f'{where}: input_schema must be a JSON schema with "type": "object"')
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as e:
+            at = "/".join(str(p) for p in e.absolute_path) or "(root)"
+            raise ValueError(f"{where}: invalid input_schema at {at}: {e.message}") from None
 
     def validate(self, args: Any) -> str | None:
         """None when `args` satisfies the input schema, else a message for the model."""
@@ -75,12 +153,67 @@ class Tool:
         return f"invalid arguments for tool '{self.name}': " + "; ".join(parts)
 
     async def invoke(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Validate, then call. Never raises: failures become error results."""
+        """Validate, then call within the time limit. Never raises (but is cancellable):
+        failures, timeouts and unusable results become error results."""
         problem = self.validate(args)
         if problem is not None:
-            return ToolResult.error(problem)
+            return ToolResult.error(problem, "invalid_arguments")
+        task = asyncio.ensure_future(self._call(args, ctx))
         try:
-            out = await self.call(args, ctx)
-        except Exception as e:  # a tool's bug must not take the run down
-            return ToolResult.error(f"tool '{self.name}' failed: {type(e).__name__}: {e}")
-        return out if isinstance(out, ToolResult) else ToolResult(content=str(out))
+            done, _ = await asyncio.wait({task}, timeout=self.limit_s)
+        except asyncio.CancelledError:
+            await stop_task(task)
+            raise
+        if not done:
+            await stop_task(task)
+            return ToolResult.error(
+                f"tool '{self.name}' did not finish within its time limit of {self.limit_s:g} s; "
+                "it was stopped and its outcome is unknown",
+                "timeout",
+            )
+        try:
+            out = task.result()
+        except (Exception, asyncio.CancelledError) as e:  # a tool's bug must not end the run
+            return ToolResult.error(
+                f"tool '{self.name}' failed: {type(e).__name__}: {e}", "crashed"
+            )
+        if isinstance(out, ToolResult):
+            return out
+        try:
+            return ToolResult(content=out if isinstance(out, str) else as_text(out))
+        except TypeError as e:
+            return ToolResult.error(
+                f"tool '{self.name}' returned an unusable result: {e}", "bad_result"
+            )
+
+    async def _call(self, args: dict[str, Any], ctx: ToolContext) -> Any:
+        fn = self.call
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+        ):
+            return await fn(args, ctx)
+        # sync: never on the event loop, and in a pool of its own, so hung tools cannot
+        # starve the loop's default executor (DNS lookups use it)
+        context = contextvars.copy_context()  # the tool's span, the run id for logs
+        out = await asyncio.get_running_loop().run_in_executor(
+            _THREADS, functools.partial(context.run, fn, args, ctx)
+        )
+        return await out if inspect.isawaitable(out) else out
+
+
+async def stop_task(task: asyncio.Future[Any], grace_s: float = STOP_GRACE_S) -> None:
+    """Cancel `task` and give it `grace_s` to unwind; one that ignores the cancel is
+    abandoned (it cannot hold the run up), its eventual exception consumed."""
+    if task.done():
+        return
+    task.cancel()
+    try:
+        await asyncio.wait({task}, timeout=grace_s)
+    finally:
+        if not task.done():
+            task.add_done_callback(_consume)
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

@@ -36,8 +36,15 @@ where K is ``"429"`` (rate_limit_error, with ``retry-after``, default 1 s),
 status (``"400"``, ``"401"``, ``"403"``, ``"404"``, ``"413"``, …),
 ``"drop"`` (the connection is closed without a response),
 ``"midstream_overloaded"`` (the stream starts, then an ``error`` event with
-``overloaded_error``) or ``"midstream_drop"`` (the stream starts, then the
-connection is cut). Faults are served to the first attempts of a turn: give
+``overloaded_error``), ``"midstream_drop"`` (the stream starts, then the
+connection is cut) or ``"midstream_garbage"`` (the stream starts, then a frame
+whose data is not JSON: ``message``, default ``{not json``). A status fault's
+``request_id`` replaces the generated ``request-id`` header and body field;
+``{api_key}`` in it becomes the key the client presented (an endpoint that
+echoes credentials). A turn's ``"inputs_in_start": true`` sends each tool
+call's input whole in ``content_block_start`` instead of as
+``input_json_delta`` frames; a tool call's ``input`` may be any JSON value.
+Faults are served to the first attempts of a turn: give
 them in the turn (``"faults": [...]``) or as entries of their own just before
 it in the list. ``fake.inject(...)`` queues faults for the next requests,
 whatever the turn. Slow streams: ``chunk_delay_s`` (per turn or for the whole

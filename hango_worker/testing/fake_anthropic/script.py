@@ -31,7 +31,7 @@ DEFAULT_MESSAGES = {
     529: "Overloaded",
 }
 _FAULT_ALIASES = {"rate_limit": "429", "overloaded": "529", "server_error": "500"}
-_STREAM_FAULTS = ("drop", "midstream_overloaded", "midstream_drop")
+_STREAM_FAULTS = ("drop", "midstream_overloaded", "midstream_drop", "midstream_garbage")
 
 
 class Fault(BaseModel):
@@ -43,6 +43,9 @@ class Fault(BaseModel):
     retry_after: float | None = None
     message: str | None = None
     type: str | None = None
+    # the request-id header (and body field) to send; "{api_key}" becomes the key the
+    # client presented, as a misbehaving endpoint that echoes credentials would do
+    request_id: str | None = None
 
     @field_validator("fault", mode="before")
     @classmethod
@@ -52,7 +55,7 @@ class Fault(BaseModel):
             return kind
         raise ValueError(
             f"unknown fault {v!r}: use an HTTP error status (429, 529, 500, 400, …), "
-            "'drop', 'midstream_overloaded' or 'midstream_drop'"
+            "'drop', 'midstream_overloaded', 'midstream_drop' or 'midstream_garbage'"
         )
 
     @property
@@ -66,6 +69,8 @@ class FakeTurn(ScriptedTurn):
     faults: list[Fault] = Field(default_factory=list)
     chunk_delay_s: float = 0.0
     stop_sequence: str | None = None
+    # send each tool call's input whole in content_block_start (no input_json_delta)
+    inputs_in_start: bool = False
 
     def all_faults(self) -> list[Fault]:
         """One entry per failing attempt: `faults` (expanded by `times`), then `error`."""

@@ -27,6 +27,7 @@ from hango_worker.testing.fake_anthropic.script import (
     parse_fake_script,
 )
 from hango_worker.testing.fake_anthropic.sse import (
+    GARBAGE,
     Frame,
     build_answer,
     error_body,
@@ -268,13 +269,15 @@ class FakeAnthropic:
         status = fault.status
         if status is None:  # a mid-stream fault
             await self._midstream(writer, fault, rec, rid)
-            return fault.fault != "midstream_drop"
+            return fault.fault not in ("midstream_drop", "midstream_garbage")
         etype = fault.type or TYPE_BY_STATUS.get(
             status, "api_error" if status >= 500 else "invalid_request_error"
         )
         message = fault.message or DEFAULT_MESSAGES.get(
             status, f"fake-anthropic: injected {status}"
         )
+        if fault.request_id is not None:
+            rid = fault.request_id.replace("{api_key}", rec.api_key or "")
         headers = {"request-id": rid}
         if status == 429 or fault.retry_after is not None:
             headers["retry-after"] = _fmt_seconds(
@@ -302,6 +305,8 @@ class FakeAnthropic:
         if fault.fault == "midstream_overloaded":
             err = error_body(fault.type or "overloaded_error", fault.message or "Overloaded", rid)
             frames.append(("error", err))
+        elif fault.fault == "midstream_garbage":
+            frames.append(("content_block_delta", {GARBAGE: fault.message or "{not json"}))
         await self._stream(
             writer, frames, rid, self.chunk_delay_s, finish=fault.fault != "midstream_drop"
         )

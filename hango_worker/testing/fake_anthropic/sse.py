@@ -22,6 +22,7 @@ class Answer:
     message: dict[str, Any]
     cut_json: str | None = None  # the truncated arguments of the last tool_use (max_tokens)
     chunk_delay_s: float = 0.0
+    inputs_in_start: bool = False  # tool inputs whole in content_block_start
 
 
 def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheUsage) -> Answer:
@@ -59,7 +60,12 @@ def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheU
         "stop_sequence": _stop_sequence(turn, stop, body),
         "usage": {**counts, "cache_creation": _creation(counts, usage), "service_tier": "standard"},
     }
-    return Answer(message=message, cut_json=cut, chunk_delay_s=turn.chunk_delay_s)
+    return Answer(
+        message=message,
+        cut_json=cut,
+        chunk_delay_s=turn.chunk_delay_s,
+        inputs_in_start=turn.inputs_in_start,
+    )
 
 
 def _output_chars(block: dict[str, Any]) -> int:
@@ -87,7 +93,9 @@ def _creation(counts: dict[str, int], usage: CacheUsage) -> dict[str, int]:
 Frame = tuple[str, dict[str, Any]]
 
 
-def _block_frames(i: int, block: dict[str, Any], cut_json: str | None) -> list[Frame]:
+def _block_frames(
+    i: int, block: dict[str, Any], cut_json: str | None, input_in_start: bool = False
+) -> list[Frame]:
     kind = block["type"]
     deltas: list[dict[str, Any]]
     if kind == "text":
@@ -97,6 +105,8 @@ def _block_frames(i: int, block: dict[str, Any], cut_json: str | None) -> list[F
         start = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": t} for t in word_chunks(block["thinking"])]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    elif input_in_start and cut_json is None:
+        start, deltas = dict(block), []
     else:
         start = {**block, "input": {}}
         raw = cut_json if cut_json is not None else json.dumps(block["input"])
@@ -124,7 +134,9 @@ def stream_frames(answer: Answer) -> list[Frame]:
     ]
     last = len(msg["content"]) - 1
     for i, block in enumerate(msg["content"]):
-        frames += _block_frames(i, block, answer.cut_json if i == last else None)
+        frames += _block_frames(
+            i, block, answer.cut_json if i == last else None, answer.inputs_in_start
+        )
     frames.append(("ping", {"type": "ping"}))
     delta_usage = {
         k: usage[k]
@@ -149,8 +161,15 @@ def stream_frames(answer: Answer) -> list[Frame]:
     return frames
 
 
+# A frame whose data is not JSON (a "midstream_garbage" fault): sent as it is.
+GARBAGE = "garbage"
+
+
 def sse_frame(frame: Frame) -> bytes:
-    return f"event: {frame[0]}\ndata: {json.dumps(frame[1])}\n\n".encode()
+    data = frame[1].get(GARBAGE) if frame[0] == "content_block_delta" else None
+    if not isinstance(data, str):
+        data = json.dumps(frame[1])
+    return f"event: {frame[0]}\ndata: {data}\n\n".encode()
 
 
 def http_chunk(data: bytes) -> bytes:
