@@ -5,11 +5,11 @@ The migration environment lives at the repository's top level (`alembic/`, next 
 of the files, mapped at build time.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 setup(
     packages=[
-        *find_packages(include=["hango_worker", "hango_worker.*"]),
+        *find_namespace_packages(include=["hango_worker", "hango_worker.*"]),
         "hango_worker._alembic",
         "hango_worker._alembic.versions",
     ],
