@@ -18,8 +18,8 @@ from alembic.migration import MigrationContext
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from hango_worker.store import migrate
 from hango_worker.service import readiness
+from hango_worker.store import migrate
 from hango_worker.store.schema import metadata
 from hango_worker.telemetry.metrics_server import NotReady
 
