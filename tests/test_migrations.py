@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import asyncpg
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
@@ -197,6 +198,26 @@ async def test_code_one_revision_behind_the_database_stays_ready(
     assert reason is not None
     assert "0099_contract" in reason and migrate.head_revision() in reason
     assert "serves code since 0099_contract" in reason
+
+
+async def test_an_older_release_migrate_step_leaves_a_newer_schema_alone(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    """Rolling back re-runs the older release's `migrate`: it must neither fail on the
+    unknown newer revision while that schema serves it, nor touch the schema."""
+    newer = newer_migrations(tmp_path)
+    await upgrade_with(newer, empty_dsn, "0098_expand")
+    await migrate.upgrade_and_seed(empty_dsn)
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        assert (await migrate.read_schema_state(conn))[0] == "0098_expand"
+        assert await conn.fetchval("SELECT count(*) FROM tenants") == 1
+    finally:
+        await conn.close()
+    await upgrade_with(newer, empty_dsn, "0099_contract")
+    with pytest.raises(migrate.SchemaNewerThanCode) as caught:
+        await migrate.upgrade_and_seed(empty_dsn)
+    assert "0099_contract" in str(caught.value) and migrate.head_revision() in str(caught.value)
 
 
 async def test_code_newer_than_the_database_is_not_ready(empty_dsn: str) -> None:

@@ -18,6 +18,7 @@ the newer revision files, can still tell whether it may run (`schema_problem`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -27,6 +28,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+
+log = logging.getLogger(__name__)
 
 PACKAGE = Path(__file__).resolve().parent.parent
 SHIPPED = PACKAGE / "_alembic"  # inside an installed wheel
@@ -162,11 +165,35 @@ async def downgrade(dsn: str, revision: str) -> None:
     await asyncio.to_thread(command.downgrade, alembic_config(dsn), revision)
 
 
+class SchemaNewerThanCode(RuntimeError):
+    """The database is at a revision this code does not know and no longer serves."""
+
+
 async def upgrade_and_seed(dsn: str) -> None:
-    """Migrate to head, then make sure the default tenant exists (what `migrate` does)."""
+    """Migrate to head, then make sure the default tenant exists (what `migrate` does).
+
+    On a database that is already *newer* than this code (a rollback re-running an
+    older release's migrate step) nothing is migrated: fine while that schema still
+    serves this code, `SchemaNewerThanCode` (naming both revisions) when it does not."""
     from hango_worker.store import db, repo
 
-    await upgrade(dsn, "head")
+    conn = await db.connect(dsn)
+    try:
+        db_revision, comment = await read_schema_state(conn)
+    finally:
+        await conn.close()
+    if db_revision is not None and db_revision not in {r.revision for r in revisions()}:
+        problem = schema_problem(db_revision, comment)
+        if problem is not None:
+            raise SchemaNewerThanCode(problem)
+        log.warning(
+            "database schema %s is newer than this code's %s and still serves it: "
+            "nothing to migrate",
+            db_revision,
+            head_revision(),
+        )
+    else:
+        await upgrade(dsn, "head")
     conn = await db.connect(dsn)
     try:
         await repo.ensure_default_tenant(conn)
