@@ -118,8 +118,9 @@ def test_alembic_offline_sql_needs_no_database() -> None:
     sql = alembic_cli("upgrade", "head", "--sql")
     assert "CREATE TABLE runs" in sql
     assert "ALTER TABLE runs ADD COLUMN state_json" in sql
-    oldest = migrate.oldest_code_served(migrate.revisions(), migrate.head_revision())
-    assert f"COMMENT ON TABLE alembic_version IS '{migrate.COMPAT_PREFIX}{oldest}'" in sql
+    head = migrate.head_revision()
+    oldest = migrate.oldest_code_served(migrate.revisions(), head)
+    assert f"COMMENT ON TABLE alembic_version IS '{migrate.compat_comment(head, oldest)}'" in sql
 
 
 def test_alembic_without_a_url_says_what_to_set() -> None:
@@ -198,6 +199,14 @@ async def test_code_one_revision_behind_the_database_stays_ready(
     assert reason is not None
     assert "0099_contract" in reason and migrate.head_revision() in reason
     assert "serves code since 0099_contract" in reason
+    # a revision set by hand, which no migration recorded a comment for: not served
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await conn.execute("UPDATE alembic_version SET version_num = '0098_expand'")
+    finally:
+        await conn.close()
+    reason = await not_ready_reason(empty_dsn)
+    assert reason is not None and "an unrecorded revision" in reason
 
 
 async def test_an_older_release_migrate_step_leaves_a_newer_schema_alone(
@@ -239,7 +248,7 @@ async def test_migrate_records_the_oldest_code_the_schema_serves(empty_dsn: str)
     finally:
         await conn.close()
     assert rev == migrate.head_revision()
-    assert comment == migrate.COMPAT_PREFIX + "0001_initial"  # 0002 is additive
+    assert comment == migrate.compat_comment(rev, "0001_initial")  # 0002 is additive
 
 
 def test_oldest_code_served_follows_the_declarations() -> None:

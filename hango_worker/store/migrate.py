@@ -35,8 +35,8 @@ PACKAGE = Path(__file__).resolve().parent.parent
 SHIPPED = PACKAGE / "_alembic"  # inside an installed wheel
 CHECKOUT = PACKAGE.parent / "alembic"  # a source checkout (and editable installs)
 
-COMPAT_PREFIX = "hango-worker: serves code since "
-_COMPAT_RE = re.compile(re.escape(COMPAT_PREFIX) + r"(\S+)")
+# the comment on alembic_version: "hango-worker: schema <revision> serves code since <revision>"
+_COMPAT_RE = re.compile(r"hango-worker: schema (\S+) serves code since (\S+)")
 
 
 def script_location() -> Path:
@@ -111,9 +111,13 @@ def oldest_code_served(chain: tuple[Revision, ...], revision: str) -> str:
     return chain[oldest].revision
 
 
+def compat_comment(revision: str, serves_code_since: str) -> str:
+    return f"hango-worker: schema {revision} serves code since {serves_code_since}"
+
+
 def compat_comment_sql(script: ScriptDirectory, revision: str) -> str:
     """The statement that records, on the database, the oldest code its schema serves."""
-    text = COMPAT_PREFIX + oldest_code_served(chain_of(script), revision)
+    text = compat_comment(revision, oldest_code_served(chain_of(script), revision))
     return "COMMENT ON TABLE alembic_version IS '" + text.replace("'", "''") + "'"
 
 
@@ -134,8 +138,9 @@ def schema_problem(db_revision: str | None, comment: str | None) -> str | None:
             f"database schema {db_revision} is older than this code's {head}: "
             "run `hango-worker migrate`"
         )
-    found = _COMPAT_RE.search(comment or "")
-    serves = found.group(1) if found else None
+    found = _COMPAT_RE.fullmatch(comment or "")
+    # a comment written for another revision (the version set by hand) says nothing
+    serves = found.group(2) if found and found.group(1) == db_revision else None
     if serves in chain:
         return None  # a newer schema that still serves our head (or older code)
     return (
