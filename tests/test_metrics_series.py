@@ -105,3 +105,6 @@ async def test_slots_gauge_follows_the_worker(pool: asyncpg.Pool, dsn: str) -> N
     assert stats.claimed == 1
     assert sample("hango_worker_slots", state="total") == 3
     assert sample("hango_worker_slots", state="used") == 0
+    # every registered tool has its outcome series, called or not
+    for outcome in ("ok", "error"):
+        assert sample("hango_tool_calls_total", gen_ai_tool_name="calculator", outcome=outcome) >= 0

@@ -56,6 +56,7 @@ class Worker:
         self._listener = Listener(dsn, self._wake.set, self._on_cancel)
         self._background: list[asyncio.Task[None]] = []
         metrics.set_slots(0, self.settings.worker_concurrency)
+        metrics.init_tool_series(deps.registry.names())
 
     # -- lifecycle ---------------------------------------------------------------------------
 

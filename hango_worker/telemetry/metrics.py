@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -13,8 +14,9 @@ DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 ... 81.92 s
 RUN_DURATION_BUCKETS = [1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0]
 RUN_DURATION_BUCKETS += [3600.0, 7200.0, 14400.0, 28800.0, 86400.0]
 
-# Run statuses a worker reports (agent/ports.py Status).
+# Run statuses a worker reports (agent/ports.py Status) and tool-call outcomes.
 RUN_STATUSES = ("succeeded", "failed", "cancelled", "released")
+TOOL_OUTCOMES = ("ok", "error")
 
 MW_BEFORE_RUN = Histogram(
     "hango_middleware_before_run_duration_seconds",
@@ -136,6 +138,13 @@ def set_slots(used: int, total: int) -> None:
     RUNS_IN_FLIGHT.set(used)
     WORKER_SLOTS.labels("used").set(used)
     WORKER_SLOTS.labels("total").set(total)
+
+
+def init_tool_series(tool_names: Iterable[str]) -> None:
+    """Tool-call series at 0 for every registered tool (a worker calls this at start)."""
+    for name in tool_names:
+        for outcome in TOOL_OUTCOMES:
+            TOOL_CALLS.labels(name, outcome)
 
 
 def _package_version() -> str:
