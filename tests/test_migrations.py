@@ -1,15 +1,28 @@
-"""alembic upgrade head == the SQLAlchemy metadata; downgrades drop what each step added."""
+"""alembic upgrade head == the SQLAlchemy metadata; downgrades drop what each step added;
+the alembic CLI works from the repository root; readiness follows schema compatibility."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import asyncpg
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from hango_worker.service import readiness
 from hango_worker.store import migrate
 from hango_worker.store.schema import metadata
+from hango_worker.telemetry.metrics_server import NotReady
 
 
 async def _diff(dsn: str) -> list[object]:
@@ -114,3 +127,189 @@ async def test_downgrade_to_base_leaves_no_tables(empty_dsn: str) -> None:
     finally:
         await conn.close()
     assert tables == []
+
+
+# -- the alembic CLI from a checkout (alembic.ini + alembic/ at the top level) ----------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def alembic_cli(*args: str, url: str | None = None, x_url: str | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    if url is not None:
+        env["HANGO_DATABASE_URL"] = url
+    argv = [sys.executable, "-m", "alembic"]
+    if x_url is not None:
+        argv += ["-x", f"url={x_url}"]
+    p = subprocess.run(
+        [*argv, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 0, (args, p.stdout[-2000:], p.stderr[-3000:])
+    return p.stdout + p.stderr
+
+
+async def test_alembic_cli_works_from_the_repository_root(empty_dsn: str) -> None:
+    head = migrate.head_revision()
+    # HANGO_DATABASE_URL is the database
+    await asyncio.to_thread(alembic_cli, "upgrade", "head", url=empty_dsn)
+    assert head in await asyncio.to_thread(alembic_cli, "current", url=empty_dsn)
+    assert await _diff(empty_dsn) == []
+    history = await asyncio.to_thread(alembic_cli, "history", url=empty_dsn)
+    assert all(r.revision in history for r in migrate.revisions())
+    await asyncio.to_thread(alembic_cli, "downgrade", "-1", url=empty_dsn)
+    current = await asyncio.to_thread(alembic_cli, "current", url=empty_dsn)
+    assert migrate.revisions()[-2].revision in current and head not in current
+    # -x url= wins over (here: stands in for an unset) HANGO_DATABASE_URL
+    await asyncio.to_thread(alembic_cli, "upgrade", "head", x_url=empty_dsn)
+    assert await _diff(empty_dsn) == []
+    assert head in await asyncio.to_thread(alembic_cli, "current", x_url=empty_dsn)
+
+
+def test_alembic_offline_sql_needs_no_database() -> None:
+    sql = alembic_cli("upgrade", "head", "--sql")
+    assert "CREATE TABLE runs" in sql
+    assert "ALTER TABLE runs ADD COLUMN state_json" in sql
+    head = migrate.head_revision()
+    oldest = migrate.oldest_code_served(migrate.revisions(), head)
+    assert f"COMMENT ON TABLE alembic_version IS '{migrate.compat_comment(head, oldest)}'" in sql
+
+
+def test_alembic_without_a_url_says_what_to_set() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    p = subprocess.run(
+        [sys.executable, "-m", "alembic", "current"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert p.returncode != 0
+    assert "set HANGO_DATABASE_URL or pass -x url=" in p.stderr
+
+
+# -- schema compatibility: readiness after an upgrade and after a rollback -------------------
+
+EXTRA = '''"""test revision {rev}"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = "{rev}"
+down_revision = "{down}"
+branch_labels = None
+depends_on = None
+serves_code_since = "{serves}"
+
+
+def upgrade() -> None:
+    op.add_column("runs", sa.Column("{column}", sa.Text, nullable=True))
+
+
+def downgrade() -> None:
+    op.drop_column("runs", "{column}")
+'''
+
+
+def newer_migrations(tmp: Path) -> Path:
+    """This code's migrations plus two newer revisions, as the next release would ship them:
+    0098_expand (additive: serves this code's head) and 0099_contract (serves only itself)."""
+    where = tmp / "alembic"
+    shutil.copytree(migrate.script_location(), where, ignore=shutil.ignore_patterns("__pycache__"))
+    head = migrate.head_revision()
+    for rev, down, serves, column in (
+        ("0098_expand", head, head, "extra_a"),
+        ("0099_contract", "0098_expand", "0099_contract", "extra_b"),
+    ):
+        text = EXTRA.format(rev=rev, down=down, serves=serves, column=column)
+        (where / "versions" / f"{rev}.py").write_text(text, encoding="utf-8")
+    return where
+
+
+async def upgrade_with(script_location: Path, dsn: str, revision: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_location))
+    cfg.set_main_option("sqlalchemy.url", migrate.sqlalchemy_url(dsn))
+    await asyncio.to_thread(command.upgrade, cfg, revision)
+
+
+async def not_ready_reason(dsn: str) -> str | None:
+    try:
+        assert await readiness(dsn)() is True
+    except NotReady as e:
+        return str(e)
+    return None
+
+
+async def test_code_one_revision_behind_the_database_stays_ready(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    """Rollback: the database was migrated by the next release (an additive revision); this,
+    the previous code, has never seen that revision's file and is still ready."""
+    newer = newer_migrations(tmp_path)
+    await upgrade_with(newer, empty_dsn, "0098_expand")
+    assert await not_ready_reason(empty_dsn) is None
+    # a contracting revision on top: this code is no longer served, and says why
+    await upgrade_with(newer, empty_dsn, "0099_contract")
+    reason = await not_ready_reason(empty_dsn)
+    assert reason is not None
+    assert "0099_contract" in reason and migrate.head_revision() in reason
+    assert "serves code since 0099_contract" in reason
+    # a revision set by hand, which no migration recorded a comment for: not served
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        await conn.execute("UPDATE alembic_version SET version_num = '0098_expand'")
+    finally:
+        await conn.close()
+    reason = await not_ready_reason(empty_dsn)
+    assert reason is not None and "an unrecorded revision" in reason
+
+
+async def test_an_older_release_migrate_step_leaves_a_newer_schema_alone(
+    empty_dsn: str, tmp_path: Path
+) -> None:
+    """Rolling back re-runs the older release's `migrate`: it must neither fail on the
+    unknown newer revision while that schema serves it, nor touch the schema."""
+    newer = newer_migrations(tmp_path)
+    await upgrade_with(newer, empty_dsn, "0098_expand")
+    await migrate.upgrade_and_seed(empty_dsn)
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        assert (await migrate.read_schema_state(conn))[0] == "0098_expand"
+        assert await conn.fetchval("SELECT count(*) FROM tenants") == 1
+    finally:
+        await conn.close()
+    await upgrade_with(newer, empty_dsn, "0099_contract")
+    with pytest.raises(migrate.SchemaNewerThanCode) as caught:
+        await migrate.upgrade_and_seed(empty_dsn)
+    assert "0099_contract" in str(caught.value) and migrate.head_revision() in str(caught.value)
+
+
+async def test_code_newer_than_the_database_is_not_ready(empty_dsn: str) -> None:
+    head, previous = migrate.head_revision(), migrate.revisions()[-2].revision
+    assert await not_ready_reason(empty_dsn) is not None  # no schema at all
+    await migrate.upgrade(empty_dsn, previous)
+    reason = await not_ready_reason(empty_dsn)
+    assert reason is not None
+    assert previous in reason and head in reason and "hango-worker migrate" in reason
+    await migrate.upgrade(empty_dsn, "head")
+    assert await not_ready_reason(empty_dsn) is None
+
+
+async def test_migrate_records_the_oldest_code_the_schema_serves(empty_dsn: str) -> None:
+    await migrate.upgrade(empty_dsn, "head")
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        rev, comment = await migrate.read_schema_state(conn)
+    finally:
+        await conn.close()
+    assert rev == migrate.head_revision()
+    oldest = migrate.oldest_code_served(migrate.revisions(), rev)
+    assert comment == migrate.compat_comment(rev, oldest)
+    # 0002 is additive: a database at 0002 still serves code at 0001
+    assert migrate.oldest_code_served(migrate.revisions(), "0002_run_state") == "0001_initial"
+
+
+def test_oldest_code_served_follows_the_declarations() -> None:
+    R = migrate.Revision
+    chain = (R("a", "a"), R("b", "a"), R("c", "b"), R("d", "d"), R("e", "c"))
+    assert migrate.oldest_code_served(chain, "a") == "a"
+    assert migrate.oldest_code_served(chain, "b") == "a"
+    assert migrate.oldest_code_served(chain, "c") == "b"  # c no longer serves a
+    assert migrate.oldest_code_served(chain, "d") == "d"  # a contract step
+    assert migrate.oldest_code_served(chain, "e") == "d"  # e says c, but d already broke c

@@ -350,6 +350,7 @@ class AgentLoop:
             except ModelError as e:
                 attempt += 1
                 if not e.retryable or attempt > self.settings.model_retries:
+                    genai.record_model_failure(e)
                     raise
                 delay = min(
                     self.settings.retry_cap_s, self.settings.retry_base_s * 2 ** (attempt - 1)

@@ -56,6 +56,8 @@ class Worker:
         self._stopping = False
         self._listener = Listener(dsn, self._wake.set, self._on_cancel)
         self._background: list[asyncio.Task[None]] = []
+        metrics.set_slots(0, self.settings.worker_concurrency)
+        metrics.init_tool_series(deps.registry.names())
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -159,7 +161,7 @@ class Worker:
         self.stats.claimed += 1
         task = asyncio.create_task(self._execute(c), name=f"run-{c.run_id}")
         self._inflight[c.run_id] = InFlight(c, task, time.perf_counter())
-        metrics.RUNS_IN_FLIGHT.set(len(self._inflight))
+        metrics.set_slots(len(self._inflight), self.settings.worker_concurrency)
 
     async def _execute(self, c: Claim) -> None:
         current_run_id.set(c.run_id)  # this task's context only
@@ -181,7 +183,7 @@ class Worker:
             if self.deps.text is not None:
                 self.deps.text.forget(c.run_id)
             f = self._inflight.pop(c.run_id, None)
-            metrics.RUNS_IN_FLIGHT.set(len(self._inflight))
+            metrics.set_slots(len(self._inflight), self.settings.worker_concurrency)
             self._account(status, f)
 
     def _attach(self, run_id: str, io: PgRunIO) -> None:

@@ -119,6 +119,11 @@ def record_retry(err: Any, attempt: int, delay: float) -> None:
     metrics.MODEL_RETRIES.labels(metrics.error_type_label(err.type)).inc()
 
 
+def record_model_failure(err: Any) -> None:
+    """A model call failed for good (not retryable, or out of retries)."""
+    metrics.MODEL_FAILURES.labels(metrics.error_type_label(err.type)).inc()
+
+
 @contextmanager
 def tool_span(call: Any, tool: Any, capture_content: bool) -> Iterator[Span]:
     attrs: dict[str, Any] = {

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # GenAI semantic-convention bucket boundaries.
 TOKEN_BUCKETS = [float(4**i) for i in range(14)]  # 1, 4, 16, ... 67108864
 DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 ... 81.92 s
+# A run is many model calls and tools: seconds to hours.
+RUN_DURATION_BUCKETS = [1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0]
+RUN_DURATION_BUCKETS += [3600.0, 7200.0, 14400.0, 28800.0, 86400.0]
+
+# Run statuses a worker reports (agent/ports.py Status) and tool-call outcomes.
+RUN_STATUSES = ("succeeded", "failed", "cancelled", "released")
+TOOL_OUTCOMES = ("ok", "error")
 
 MW_BEFORE_RUN = Histogram(
     "hango_middleware_before_run_duration_seconds",
@@ -31,7 +41,7 @@ RUN_DURATION = Histogram(
     "hango_run_duration_seconds",
     "Wall time of one run attempt, claim to end.",
     ["status"],
-    buckets=DURATION_BUCKETS,
+    buckets=RUN_DURATION_BUCKETS,
 )
 LEASE_RECLAIMS = Counter(
     "hango_lease_reclaims_total", "Runs whose lease expired and were put back in the queue."
@@ -51,8 +61,21 @@ QUEUE_WAIT = Histogram(
     buckets=[*QUEUE_WAIT_BUCKETS, 7200, 21600],
 )
 RUNS_IN_FLIGHT = Gauge("hango_runs_in_flight", "Runs this worker is executing now.")
+WORKER_SLOTS = Gauge(
+    "hango_worker_slots",
+    "Run slots of this worker: state=total (HANGO_WORKER_CONCURRENCY) and state=used.",
+    ["state"],
+)
+BUILD_INFO = Gauge("hango_build_info", "Always 1; the running version in its label.", ["version"])
 MODEL_RETRIES = Counter(
-    "hango_model_retries_total", "Model calls retried after a retryable error.", ["error_type"]
+    "hango_model_retries_total",
+    "Model call attempts that failed with a retryable error and were retried.",
+    ["error_type"],
+)
+MODEL_FAILURES = Counter(
+    "hango_model_failures_total",
+    "Model calls that failed for good: not retryable, or still failing after every retry.",
+    ["error_type"],
 )
 TOOL_CALLS = Counter(
     "hango_tool_calls_total", "Tool calls completed, by outcome.", ["gen_ai_tool_name", "outcome"]
@@ -78,8 +101,27 @@ RUNS_FAILED = Counter(
     "hango_runs_failed_total", "Runs that ended failed, by error type.", ["error_type"]
 )
 
-# error types are bounded: known ones keep their name, anything else is "other"
-KNOWN_ERROR_TYPES = frozenset(
+# Error types are bounded: known ones keep their name, anything else is "other".
+# The provider's error types (provider/anthropic.py, provider/scripted.py): one list, checked
+# against the provider's code by tests/test_observability.py.
+MODEL_ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "billing_error",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+        "api_connection_error",
+        "api_timeout_error",
+        "script_exhausted",
+    }
+)
+# Why a run failed, besides a model error that ended it.
+RUN_ERROR_TYPES = frozenset(
     {
         "max_turns",
         "max_tokens",
@@ -94,20 +136,49 @@ KNOWN_ERROR_TYPES = frozenset(
         "internal_error",
         "refusal",
         "model_context_window_exceeded",
-        "script_exhausted",
-        "invalid_request_error",
-        "authentication_error",
-        "permission_error",
-        "not_found_error",
-        "request_too_large",
-        "rate_limit_error",
-        "api_error",
-        "overloaded_error",
-        "connection_error",
-        "timeout_error",
     }
 )
+KNOWN_ERROR_TYPES = MODEL_ERROR_TYPES | RUN_ERROR_TYPES
 
 
 def error_type_label(error_type: object) -> str:
     return str(error_type) if error_type in KNOWN_ERROR_TYPES else "other"
+
+
+def set_slots(used: int, total: int) -> None:
+    RUNS_IN_FLIGHT.set(used)
+    WORKER_SLOTS.labels("used").set(used)
+    WORKER_SLOTS.labels("total").set(total)
+
+
+def init_tool_series(tool_names: Iterable[str]) -> None:
+    """Tool-call series at 0 for every registered tool (a worker calls this at start)."""
+    for name in tool_names:
+        for outcome in TOOL_OUTCOMES:
+            TOOL_CALLS.labels(name, outcome)
+
+
+def _package_version() -> str:
+    try:
+        return version("hango-worker")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _initialise() -> None:
+    """Every known label value exists at 0 from the start: panels show 0, not "No data",
+    and ratio alerts see their denominators before the first event."""
+    BUILD_INFO.labels(_package_version()).set(1)
+    for status in RUN_STATUSES:
+        RUNS_FINISHED.labels(status)
+        RUN_DURATION.labels(status)
+    for etype in sorted(KNOWN_ERROR_TYPES | {"other"}):
+        RUNS_FAILED.labels(etype)
+    for etype in sorted(MODEL_ERROR_TYPES | {"other"}):
+        MODEL_RETRIES.labels(etype)
+        MODEL_FAILURES.labels(etype)
+    for state in ("used", "total"):
+        WORKER_SLOTS.labels(state)
+
+
+_initialise()

@@ -11,7 +11,8 @@ format is negotiated from ``Accept``), with the ``_created`` series turned
 off through ``prometheus_client.disable_created_metrics()``. ``/healthz`` is
 200 while the loop is alive. ``/readyz`` is 200 when ``ready_check()``
 returns True, else 503 with a short reason (an exception's type only, never
-its message, which could hold a DSN).
+its message, which could hold a DSN — except ``NotReady``, whose message is
+written to be shown).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class _Response:
     body: bytes = b""
     content_type: str = TEXT
     headers: dict[str, str] = field(default_factory=dict)
+
+
+class NotReady(Exception):
+    """Raised by a ready check: not ready, and the message (safe to show) says why."""
 
 
 class _BadRequest(Exception):
@@ -147,6 +152,8 @@ class MetricsServer:
                 ok = await self._ready_check()
         except TimeoutError:
             return "check timed out"
+        except NotReady as err:
+            return str(err)
         except Exception as err:
             return f"check failed ({type(err).__name__})"
         return None if ok is True else "check returned false"

@@ -12,6 +12,8 @@ revision = "0001_initial"
 down_revision = None
 branch_labels = None
 depends_on = None
+# schema compatibility (docs/operations.md): the oldest code this schema serves
+serves_code_since = "0001_initial"
 
 UUID = pg.UUID(as_uuid=False)
 

@@ -15,6 +15,9 @@ revision = "0002_run_state"
 down_revision = "0001_initial"
 branch_labels = None
 depends_on = None
+# schema compatibility (docs/operations.md): additive, so code at 0001_initial (which never
+# reads runs.state_json; its inserts get the default) still runs on it
+serves_code_since = "0001_initial"
 
 
 def upgrade() -> None:

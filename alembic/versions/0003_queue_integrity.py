@@ -22,6 +22,8 @@ revision = "0003_queue_integrity"
 down_revision = "0002_run_state"
 branch_labels = None
 depends_on = None
+# additive only (new nullable or defaulted columns, an index): code at 0002 still runs on it
+serves_code_since = "0002_run_state"
 
 
 def upgrade() -> None:
