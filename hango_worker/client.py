@@ -24,8 +24,7 @@ import asyncpg
 
 from hango_worker.store import db, repo
 from hango_worker.store.sql import DONE_CHANNEL
-
-FINISHED = ("succeeded", "failed", "cancelled")
+from hango_worker.vocab import FINISHED
 
 EnqueueResult = repo.Enqueued
 

@@ -13,8 +13,7 @@ import asyncpg
 from hango_worker.render import LiveView
 from hango_worker.store import db, repo
 from hango_worker.store.sql import TEXT_CHANNEL
-
-FINISHED = ("succeeded", "failed", "cancelled")
+from hango_worker.vocab import FINISHED
 
 
 async def watch(

@@ -10,6 +10,7 @@ from pathlib import Path
 import asyncpg
 from prometheus_client import REGISTRY, generate_latest
 
+from hango_worker import vocab
 from hango_worker.telemetry import metrics
 from hango_worker.testing.memory import run_agent
 from tests.helpers import agent, scripted
@@ -77,24 +78,27 @@ def test_run_duration_buckets_reach_hours() -> None:
     assert bounds[0] <= 1.0 and bounds[-1] >= 4 * 3600
 
 
-def _provider_error_types() -> set[str]:
-    """Every error-type string the provider modules can put on a ModelError."""
+def _provider_error_literals() -> set[str]:
+    """Error-type strings the provider modules spell out themselves instead of naming
+    `vocab.ErrorType` members (only `is_error`, a tool-result field, may appear)."""
     found: set[str] = set()
     for path in sorted(PROVIDER.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             value = node.value if isinstance(node, ast.Constant) else None
             if isinstance(value, str) and value.endswith("_error") and value.isidentifier():
                 found.add(value)
-    found.discard("is_error")  # a tool-result field, not an error type
+    found.discard("is_error")
     return found
 
 
 def test_provider_error_types_keep_their_label() -> None:
-    produced = _provider_error_types()
-    assert {"api_connection_error", "api_timeout_error", "rate_limit_error"} <= produced
-    assert produced <= metrics.MODEL_ERROR_TYPES, produced - metrics.MODEL_ERROR_TYPES
-    for etype in produced:
-        assert metrics.error_type_label(etype) == etype
+    """The provider names its error types from the one list, which metrics label by."""
+    assert _provider_error_literals() == set()
+    for etype in vocab.MODEL_ERROR_TYPES:
+        assert metrics.error_type_label(etype) == str(etype)
+    assert {"api_connection_error", "api_timeout_error", "malformed_stream"} <= {
+        str(e) for e in vocab.MODEL_ERROR_TYPES
+    }
     assert metrics.error_type_label("something_new") == "other"
 
 

@@ -42,6 +42,7 @@ from hango_worker.telemetry import genai
 from hango_worker.telemetry.tracing import mark_error, tracer, turn_span
 from hango_worker.tool.registry import View
 from hango_worker.tool.types import Tool, ToolContext, ToolResult, stop_task
+from hango_worker.vocab import ErrorType
 
 
 class RunCancelled(Exception):
@@ -124,7 +125,7 @@ class AgentLoop:
             await self.chain.before_run(state)
         except StateError as e:
             return await self._finish(
-                state, Outcome("failed", {"type": "invalid_state", "message": str(e)})
+                state, Outcome("failed", {"type": ErrorType.INVALID_STATE, "message": str(e)})
             )
         self._watermark = self._find_watermark(state, last)
         self._events.append(Event("run_started", {"attempt": info.attempt}))
@@ -140,7 +141,7 @@ class AgentLoop:
                     f"the run reached max_turns ({self.settings.max_turns}) without a final answer"
                 )
                 return await self._finish(
-                    state, Outcome("failed", {"type": "max_turns", "message": msg})
+                    state, Outcome("failed", {"type": ErrorType.MAX_TURNS, "message": msg})
                 )
             turn += 1
             try:
@@ -151,7 +152,7 @@ class AgentLoop:
                 return await self._finish(state, Outcome("failed", e.to_dict()))
             except StateError as e:
                 return await self._finish(
-                    state, Outcome("failed", {"type": "invalid_state", "message": str(e)})
+                    state, Outcome("failed", {"type": ErrorType.INVALID_STATE, "message": str(e)})
                 )
             if done is not None:
                 return await self._finish(state, done)
@@ -222,7 +223,7 @@ class AgentLoop:
             msg = (
                 "the model hit max_tokens before finishing its answer; raise the agent's max_tokens"
             )
-            return Outcome("failed", {"type": "max_tokens", "message": msg})
+            return Outcome("failed", {"type": ErrorType.MAX_TOKENS, "message": msg})
         if resp.stop_reason in (StopReason.REFUSAL, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED):
             return Outcome(
                 "failed",

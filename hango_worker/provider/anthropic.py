@@ -84,34 +84,35 @@ from hango_worker.provider.types import (
     Usage,
     tool_input,
 )
+from hango_worker.vocab import ErrorType
 
 # Error types that say the request itself is wrong: retrying cannot help,
 # even when they arrive as an `error` event mid-stream.
 FATAL_ERROR_TYPES = frozenset(
     {
-        "invalid_request_error",
-        "authentication_error",
-        "permission_error",
-        "not_found_error",
-        "request_too_large",
-        "billing_error",
+        ErrorType.INVALID_REQUEST_ERROR,
+        ErrorType.AUTHENTICATION_ERROR,
+        ErrorType.PERMISSION_ERROR,
+        ErrorType.NOT_FOUND_ERROR,
+        ErrorType.REQUEST_TOO_LARGE,
+        ErrorType.BILLING_ERROR,
     }
 )
 _TYPE_BY_STATUS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
+    400: ErrorType.INVALID_REQUEST_ERROR,
+    401: ErrorType.AUTHENTICATION_ERROR,
+    403: ErrorType.PERMISSION_ERROR,
+    404: ErrorType.NOT_FOUND_ERROR,
+    413: ErrorType.REQUEST_TOO_LARGE,
+    429: ErrorType.RATE_LIMIT_ERROR,
+    529: ErrorType.OVERLOADED_ERROR,
 }
 _STOP_REASONS = {s.value: s for s in StopReason}
 REDACTED = "[redacted]"
 # Anthropic API keys, wherever they turn up (e.g. a proxy echoing one in a header).
 _KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}")
 MAX_ERROR_STRING = 2000  # characters kept of each string stored from a provider error
-MALFORMED_STREAM = "malformed_stream"
+MALFORMED_STREAM = ErrorType.MALFORMED_STREAM
 
 
 class MissingCredentialsError(ValueError):
@@ -170,7 +171,7 @@ class AnthropicProvider:
         except httpx2.TransportError as e:
             msg = f"the connection failed mid-stream ({type(e).__name__}: {e})"
             raise ModelError(
-                "api_connection_error", redact(msg, self._secrets), retryable=True
+                ErrorType.API_CONNECTION_ERROR, redact(msg, self._secrets), retryable=True
             ) from None
         except json.JSONDecodeError as e:  # an SSE frame whose data is not JSON
             raise ModelError(
@@ -180,7 +181,9 @@ class AnthropicProvider:
             ) from None
         except anthropic.AnthropicError as e:  # credentials, response validation, …
             etype = (
-                "authentication_error" if isinstance(e, anthropic.CredentialsError) else "api_error"
+                ErrorType.AUTHENTICATION_ERROR
+                if isinstance(e, anthropic.CredentialsError)
+                else ErrorType.API_ERROR
             )
             msg = f"{type(e).__name__}: {e}"
             raise ModelError(etype, redact(msg, self._secrets), retryable=False) from None
@@ -199,7 +202,7 @@ class AnthropicProvider:
             if "authentication" not in str(e):
                 raise
             raise ModelError(
-                "authentication_error",
+                ErrorType.AUTHENTICATION_ERROR,
                 "no Anthropic credentials: set ANTHROPIC_API_KEY",
                 retryable=False,
             ) from None
@@ -389,7 +392,7 @@ class _Accumulator:
     def response(self, requested_model: str) -> Response:
         if self.stop is None:
             raise ModelError(
-                "api_connection_error",
+                ErrorType.API_CONNECTION_ERROR,
                 "the response stream ended before the message was complete",
                 retryable=True,
             )
@@ -474,7 +477,9 @@ def status_error(e: anthropic.APIStatusError, secrets: tuple[str, ...] = ()) -> 
     status = e.status_code
     body_type, body_msg, body_rid = _body_error(e.body)
     etype = body_type or (str(e.type) if e.type else None) or _TYPE_BY_STATUS.get(status)
-    etype = etype or ("api_error" if status >= 500 or status == 200 else "invalid_request_error")
+    etype = etype or (
+        ErrorType.API_ERROR if status >= 500 or status == 200 else ErrorType.INVALID_REQUEST_ERROR
+    )
     message = body_msg or e.api_message or f"HTTP {status} from the Anthropic API"
     if status == 200:
         retryable = etype not in FATAL_ERROR_TYPES
@@ -492,6 +497,8 @@ def status_error(e: anthropic.APIStatusError, secrets: tuple[str, ...] = ()) -> 
 
 def connection_error(e: anthropic.APIConnectionError, secrets: tuple[str, ...] = ()) -> ModelError:
     etype = (
-        "api_timeout_error" if isinstance(e, anthropic.APITimeoutError) else "api_connection_error"
+        ErrorType.API_TIMEOUT_ERROR
+        if isinstance(e, anthropic.APITimeoutError)
+        else ErrorType.API_CONNECTION_ERROR
     )
     return ModelError(etype, redact(e.message, secrets), retryable=True)

@@ -41,6 +41,7 @@ from hango_worker.provider.types import (
     Usage,
     tool_input,
 )
+from hango_worker.vocab import ErrorType
 
 LABEL = "scripted model (deterministic, offline — not Claude)"
 
@@ -55,7 +56,7 @@ class ScriptedToolCall(BaseModel):
 
 class ScriptedError(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: str = "api_error"
+    type: str = ErrorType.API_ERROR
     message: str = "scripted failure"
     retryable: bool = False
     times: int = 1  # fail this many attempts of the turn, then answer
@@ -138,7 +139,7 @@ class ScriptedProvider:
         index = sum(1 for m in request.messages if m.role == "assistant")
         if index >= len(self.turns):
             raise ModelError(
-                "script_exhausted",
+                ErrorType.SCRIPT_EXHAUSTED,
                 f"the scripted model has no turn {index + 1}: its script has {len(self.turns)}",
                 retryable=False,
             )

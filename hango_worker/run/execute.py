@@ -24,6 +24,7 @@ from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import ToolResult
+from hango_worker.vocab import ErrorType
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,9 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
         raise LoadError(c.invalid["type"], c.invalid["message"])
     ctx = await pool.fetchrow(sql.LOAD_RUN_CONTEXT, c.run_id, c.session_id, c.agent_id, c.tenant_id)
     if ctx is None:
-        raise LoadError("agent_not_found", f"agent {c.agent_id} of run {c.run_id} does not exist")
+        raise LoadError(
+            ErrorType.AGENT_NOT_FOUND, f"agent {c.agent_id} of run {c.run_id} does not exist"
+        )
     agent = _agent(dict(ctx))
     rows = await pool.fetch(sql.LOAD_MESSAGES, c.session_id)
     messages = _messages(rows)
@@ -73,7 +76,9 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
     if ctx["run_messages"] == 0:
         text = c.input.get("text") if isinstance(c.input, dict) else None
         if not isinstance(text, str) or not text:
-            raise LoadError("invalid_input", "runs.input must be an object with a non-empty 'text'")
+            raise LoadError(
+                ErrorType.INVALID_INPUT, "runs.input must be an object with a non-empty 'text'"
+            )
         messages.append(Message("user", [TextBlock(text=text)]))
     recorded: dict[str, ToolResult] = {}
     if rows and rows[-1]["role"] == "assistant":  # a pending turn: its recorded results
@@ -95,9 +100,9 @@ def _agent(row: dict[str, Any]) -> AgentSpec:
         row["config"] = decode_json(row["config"], "agents.config")
         return AgentSpec.from_row(row)
     except AgentSpecError as e:
-        raise LoadError("invalid_agent", str(e)) from None
+        raise LoadError(ErrorType.INVALID_AGENT, str(e)) from None
     except Exception as e:
-        raise LoadError("invalid_agent", f"agent {row.get('name')!r}: {_why(e)}") from None
+        raise LoadError(ErrorType.INVALID_AGENT, f"agent {row.get('name')!r}: {_why(e)}") from None
 
 
 def _messages(rows: list[Any]) -> list[Message]:
@@ -108,7 +113,7 @@ def _messages(rows: list[Any]) -> list[Message]:
             messages.append(message_from_dict({"role": r["role"], "content": content}))
         except Exception as e:
             raise LoadError(
-                "invalid_history",
+                ErrorType.INVALID_HISTORY,
                 f"session history cannot be read: message seq {r['seq']}: {_why(e)}",
             ) from None
     return messages
@@ -128,7 +133,7 @@ def _recorded(rows: list[Any]) -> dict[str, ToolResult]:
             out[str(r["tool_use_id"])] = ToolResult.from_dict(d)
         except Exception as e:
             raise LoadError(
-                "invalid_tool_result",
+                ErrorType.INVALID_TOOL_RESULT,
                 f"the recorded result of tool call {r['tool_use_id']!r} cannot be read: {_why(e)}",
             ) from None
     return out
@@ -182,7 +187,10 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         raise  # the database is away: the lease expires and the run is retried
     except Exception as e:
         log.exception("loading the run failed", extra={"run_id": c.run_id})
-        error = {"type": "internal_error", "message": f"the run could not be loaded: {_why(e)}"}
+        error = {
+            "type": ErrorType.INTERNAL_ERROR,
+            "message": f"the run could not be loaded: {_why(e)}",
+        }
         return await _fail_early(deps, c, io_ready, error)
     io = _io(deps, c, loaded.next_message_seq, loaded.next_event_seq)
     if c.cancel_requested:  # requested before a takeover: it survives the claim
@@ -199,8 +207,8 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
             messages=loaded.messages,
         )
     except StateError as e:
-        await io.fail({"type": "invalid_state", "message": str(e)})
-        return Outcome("failed", {"type": "invalid_state", "message": str(e)})
+        await io.fail({"type": ErrorType.INVALID_STATE, "message": str(e)})
+        return Outcome("failed", {"type": ErrorType.INVALID_STATE, "message": str(e)})
     loop = _build_loop(deps, agent, io, c.run_id)
     parent, links = _previous_attempt(c)
     info = RunInfo(

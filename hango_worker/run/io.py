@@ -19,6 +19,7 @@ from hango_worker.agent.state import State, dump_state
 from hango_worker.provider.types import Message, ToolUseBlock
 from hango_worker.store import sql
 from hango_worker.tool.types import ToolResult
+from hango_worker.vocab import ErrorType
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,11 @@ class Claim:
         try:
             c.input = decode_json(r["input"], "runs.input")
         except ValueError as e:
-            c.invalid = {"type": "invalid_input", "message": str(e)}
+            c.invalid = {"type": ErrorType.INVALID_INPUT, "message": str(e)}
         try:
             c.state_json = decode_json(r["state_json"], "runs.state_json")
         except ValueError as e:
-            c.invalid = c.invalid or {"type": "invalid_state", "message": str(e)}
+            c.invalid = c.invalid or {"type": ErrorType.INVALID_STATE, "message": str(e)}
         return c
 
 

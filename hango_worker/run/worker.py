@@ -25,6 +25,7 @@ from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.logs import current_run_id
+from hango_worker.vocab import ErrorType
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ class Worker:
         try:
             await f.io.fail(
                 {
-                    "type": "internal_error",
+                    "type": ErrorType.INTERNAL_ERROR,
                     "message": "the worker hit an unexpected "
                     "error running this run; see the worker log for the traceback",
                 }

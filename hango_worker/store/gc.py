@@ -38,7 +38,9 @@ from typing import Any
 
 import asyncpg
 
-FINAL_STATUSES = ("succeeded", "failed", "cancelled")
+from hango_worker.vocab import FINISHED
+
+FINAL_STATUSES = tuple(str(s) for s in FINISHED)
 _FINAL = "('succeeded', 'failed', 'cancelled')"
 
 _AGE = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")

@@ -24,9 +24,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
+from hango_worker.vocab import RunStatus
+
 metadata = MetaData()
 
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+RUN_STATUSES = tuple(str(s) for s in RunStatus)
 
 
 def _now() -> Column[object]:
@@ -92,7 +94,7 @@ runs = Table(
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
     CheckConstraint(
-        "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')",
+        "status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + ")",
         name="runs_status_check",
     ),
     Index("runs_queued_idx", "created_at", postgresql_where=text("status = 'queued'")),

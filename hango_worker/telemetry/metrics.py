@@ -7,6 +7,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from hango_worker.vocab import ATTEMPT_ENDS, MODEL_ERROR_TYPES, RUN_ERROR_TYPES, ToolOutcome
+
 # GenAI semantic-convention bucket boundaries.
 TOKEN_BUCKETS = [float(4**i) for i in range(14)]  # 1, 4, 16, ... 67108864
 DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 ... 81.92 s
@@ -14,9 +16,9 @@ DURATION_BUCKETS = [0.01 * 2**i for i in range(14)]  # 0.01 ... 81.92 s
 RUN_DURATION_BUCKETS = [1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0]
 RUN_DURATION_BUCKETS += [3600.0, 7200.0, 14400.0, 28800.0, 86400.0]
 
-# Run statuses a worker reports (agent/ports.py Status) and tool-call outcomes.
-RUN_STATUSES = ("succeeded", "failed", "cancelled", "released")
-TOOL_OUTCOMES = ("ok", "error")
+# How a worker reports an attempt's end, and tool-call outcomes (hango_worker/vocab.py).
+RUN_STATUSES = tuple(str(s) for s in ATTEMPT_ENDS)
+TOOL_OUTCOMES = tuple(str(o) for o in ToolOutcome)
 
 MW_BEFORE_RUN = Histogram(
     "hango_middleware_before_run_duration_seconds",
@@ -101,43 +103,8 @@ RUNS_FAILED = Counter(
     "hango_runs_failed_total", "Runs that ended failed, by error type.", ["error_type"]
 )
 
-# Error types are bounded: known ones keep their name, anything else is "other".
-# The provider's error types (provider/anthropic.py, provider/scripted.py): one list, checked
-# against the provider's code by tests/test_observability.py.
-MODEL_ERROR_TYPES = frozenset(
-    {
-        "invalid_request_error",
-        "authentication_error",
-        "permission_error",
-        "not_found_error",
-        "request_too_large",
-        "billing_error",
-        "rate_limit_error",
-        "api_error",
-        "overloaded_error",
-        "api_connection_error",
-        "api_timeout_error",
-        "script_exhausted",
-    }
-)
-# Why a run failed, besides a model error that ended it.
-RUN_ERROR_TYPES = frozenset(
-    {
-        "max_turns",
-        "max_tokens",
-        "max_attempts",
-        "invalid_state",
-        "invalid_agent",
-        "invalid_history",
-        "invalid_input",
-        "invalid_tool_result",
-        "invalid_row",
-        "agent_not_found",
-        "internal_error",
-        "refusal",
-        "model_context_window_exceeded",
-    }
-)
+# Error types are bounded: known ones (hango_worker/vocab.py ErrorType) keep their name,
+# anything else is "other".
 KNOWN_ERROR_TYPES = MODEL_ERROR_TYPES | RUN_ERROR_TYPES
 
 

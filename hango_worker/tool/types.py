@@ -17,6 +17,7 @@ import jsonschema
 
 from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import ToolResultBlock, ToolSpec
+from hango_worker.vocab import ToolOutcome
 
 # Sync tool functions run here (a thread cannot be stopped: one that hangs holds its
 # thread until it returns, but never the event loop).
@@ -28,9 +29,7 @@ DEFAULT_TOOL_TIMEOUT_S = 60.0
 # After a timeout or a cancel, how long a tool gets to unwind before it is abandoned.
 STOP_GRACE_S = 1.0
 # How a call ended, for `hango_tool_calls_total{outcome}` (bounded on purpose).
-OUTCOMES = frozenset(
-    {"ok", "error", "invalid_arguments", "crashed", "bad_result", "timeout", "cancelled"}
-)
+OUTCOMES = frozenset(str(o) for o in ToolOutcome)
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
 
 
