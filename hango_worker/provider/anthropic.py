@@ -180,11 +180,8 @@ class AnthropicProvider:
                 retryable=True,
             ) from None
         except anthropic.AnthropicError as e:  # credentials, response validation, …
-            etype = (
-                ErrorType.AUTHENTICATION_ERROR
-                if isinstance(e, anthropic.CredentialsError)
-                else ErrorType.API_ERROR
-            )
+            auth = isinstance(e, anthropic.CredentialsError)
+            etype = ErrorType.AUTHENTICATION_ERROR if auth else ErrorType.API_ERROR
             msg = f"{type(e).__name__}: {e}"
             raise ModelError(etype, redact(msg, self._secrets), retryable=False) from None
         return acc.response(request.model)
@@ -496,9 +493,6 @@ def status_error(e: anthropic.APIStatusError, secrets: tuple[str, ...] = ()) -> 
 
 
 def connection_error(e: anthropic.APIConnectionError, secrets: tuple[str, ...] = ()) -> ModelError:
-    etype = (
-        ErrorType.API_TIMEOUT_ERROR
-        if isinstance(e, anthropic.APITimeoutError)
-        else ErrorType.API_CONNECTION_ERROR
-    )
+    timeout = isinstance(e, anthropic.APITimeoutError)
+    etype = ErrorType.API_TIMEOUT_ERROR if timeout else ErrorType.API_CONNECTION_ERROR
     return ModelError(etype, redact(e.message, secrets), retryable=True)
