@@ -82,9 +82,7 @@ async def test_concurrent_readiness_probes_share_one_check() -> None:
             running -= 1
         return True
 
-    async with await start_metrics_server(
-        0, check, host="127.0.0.1", ready_cache_s=60
-    ) as server:
+    async with await start_metrics_server(0, check, host="127.0.0.1", ready_cache_s=60) as server:
         probes = [asyncio.create_task(_request(server.port, "/readyz")) for _ in range(32)]
         await _until(
             lambda: len(server._tasks) == 32 and not server._waiting, "32 probes in flight"

@@ -8,8 +8,8 @@ a new connection finds the budget full, the oldest connection that has waited
 ``EVICT_AFTER_S`` without sending its request head (an idle or half-open
 client) is dropped to make room; otherwise up to ``MAX_OVERFLOW`` more
 connections get a cheap answer (``/healthz`` 200, anything else 503 with
-``Retry-After``) and the rest are closed. So liveness does not depend on load: slow or idle clients cannot
-starve ``/healthz``. Responses always carry ``Connection: close``.
+``Retry-After``) and the rest are closed. So liveness does not depend on
+load: slow or idle clients cannot starve ``/healthz``. Responses always carry ``Connection: close``.
 
 ``/metrics`` is prometheus-client's exposition of the default registry (the
 format is negotiated from ``Accept``), with the ``_created`` series turned
