@@ -230,3 +230,16 @@ async def test_a_closed_stdout_is_not_a_traceback(dsn: str) -> None:
     finally:
         os.close(write_end)
     assert p.returncode == 141 and p.stderr == "", p.stderr
+
+
+def test_the_fake_anthropic_server_is_not_a_production_subcommand(tmp_path: Path) -> None:
+    p = run([str(CONSOLE_SCRIPT), "fake-anthropic", "--script", "x.json"], text=True)
+    assert p.returncode == 2 and "invalid choice: 'fake-anthropic'" in p.stderr
+    fake = CONSOLE_SCRIPT.with_name("hango-fake-anthropic")
+    (tmp_path / "bad.json").write_text("{")
+    p = run([str(fake), "--script", str(tmp_path / "bad.json"), "--port", "0"], text=True)
+    assert (
+        p.returncode == 2
+        and p.stderr.startswith("fake-anthropic: ")
+        and "Traceback" not in p.stderr
+    )
