@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from prometheus_client import REGISTRY
 
 from hango_worker.config import ConfigError, load_settings
 from hango_worker.telemetry import metrics_server
@@ -19,6 +20,10 @@ async def _request(port: int, path: str) -> bytes:
         return await asyncio.wait_for(reader.read(), 10)
     finally:
         writer.close()
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 async def _until(cond: object, what: str) -> None:
@@ -56,8 +61,10 @@ async def test_healthz_answers_when_every_slot_is_busy_answering(
             lambda: len(server._tasks) >= MAX_CONNECTIONS and not server._waiting,
             "every slot to be busy answering /readyz",
         )
+        before = sample("hango_http_connections_shed_total", reason="over_budget")
         health = await _request(server.port, "/healthz")
         assert health.startswith(b"HTTP/1.1 200") and health.endswith(b"ok\n")
+        assert sample("hango_http_connections_shed_total", reason="over_budget") == before + 1
         busy = await _request(server.port, "/metrics")
         assert busy.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in busy
         release.set()
@@ -83,6 +90,7 @@ async def test_concurrent_readiness_probes_share_one_check() -> None:
         return True
 
     async with await start_metrics_server(0, check, host="127.0.0.1", ready_cache_s=60) as server:
+        ready_before = sample("hango_readiness_checks_total", result="ready")
         probes = [asyncio.create_task(_request(server.port, "/readyz")) for _ in range(32)]
         await _until(
             lambda: len(server._tasks) == 32 and not server._waiting, "32 probes in flight"
@@ -91,6 +99,7 @@ async def test_concurrent_readiness_probes_share_one_check() -> None:
         replies = await asyncio.gather(*probes)
         assert all(r.startswith(b"HTTP/1.1 200") for r in replies)
         assert most == 1 and server.ready_checks == 1
+        assert sample("hango_readiness_checks_total", result="ready") == ready_before + 1
         # within the cache window a later probe reuses the result
         assert (await _request(server.port, "/readyz")).startswith(b"HTTP/1.1 200")
         assert server.ready_checks == 1
@@ -126,8 +135,10 @@ async def test_idle_clients_yield_their_slots_to_new_requests(
     async with await start_metrics_server(0, None, host="127.0.0.1") as server:
         idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(40)]
         await _until(lambda: len(server._tasks) >= MAX_CONNECTIONS, "the budget to fill")
+        before = sample("hango_http_connections_shed_total", reason="evicted_idle")
         reply = await _request(server.port, "/metrics")
-        assert reply.startswith(b"HTTP/1.1 200") and b"# HELP" in reply
+        assert reply.startswith(b"HTTP/1.1 200") and b"hango_http_connections_shed_total" in reply
+        assert sample("hango_http_connections_shed_total", reason="evicted_idle") == before + 1
         for _, w in idle:
             w.close()
 

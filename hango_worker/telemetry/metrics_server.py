@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 
 import prometheus_client
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.exposition import choose_encoder
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,23 @@ MAX_CONNECTIONS = 32
 MAX_OVERFLOW = 64
 EVICT_AFTER_S = 1.0
 TEXT = "text/plain; charset=utf-8"
+
+SHED = Counter(
+    "hango_http_connections_shed_total",
+    "Connections to the metrics endpoint not served normally: evicted_idle (sent no "
+    "request head, dropped for a newer connection), over_budget (answered cheaply: "
+    "/healthz 200, else 503), refused (closed at once).",
+    ["reason"],
+)
+READY_CHECKS = Counter(
+    "hango_readiness_checks_total",
+    "Readiness checks actually run (probes that share or reuse one are not counted).",
+    ["result"],
+)
+for _reason in ("evicted_idle", "over_budget", "refused"):
+    SHED.labels(_reason)
+for _result in ("ready", "not_ready"):
+    READY_CHECKS.labels(_result)
 
 
 @dataclass
@@ -126,6 +143,7 @@ class MetricsServer:
             if now - since >= EVICT_AFTER_S:  # idle or half-open: it yields its slot
                 self._release(oldest)
                 oldest.cancel()
+                SHED.labels("evicted_idle").inc()
         if len(self._tasks) >= MAX_CONNECTIONS:
             self._overflow.add(task)
             try:
@@ -157,8 +175,10 @@ class MetricsServer:
     ) -> None:
         """Every slot is busy answering: /healthz still gets its 200, the rest a 503."""
         if len(self._overflow) > MAX_OVERFLOW:
+            SHED.labels("refused").inc()
             writer.close()
             return
+        SHED.labels("over_budget").inc()
         try:
             async with asyncio.timeout(HEAD_TIMEOUT_S):
                 method, path, _ = await _read_head(reader)
@@ -235,6 +255,7 @@ class MetricsServer:
             reason = f"check failed ({type(err).__name__})"
         finally:
             self._ready_inflight = None
+        READY_CHECKS.labels("ready" if reason is None else "not_ready").inc()
         self._ready_cached = (asyncio.get_running_loop().time(), reason)
         return reason
 
