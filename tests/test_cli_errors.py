@@ -210,6 +210,11 @@ async def test_read_commands_speak_json(dsn: str) -> None:
     assert migrated["from"] == migrated["to"]
     p = cli(dsn, "runs", "resume", run_id, ok=False)
     one_line(p, 4, "is not cancelled or failed")
+    cli(dsn, "runs", "cancel", run_id)
+    watched = cli(dsn, "runs", "watch", run_id, "--json", ok=False)
+    assert watched.returncode == 1  # the run did not succeed
+    lines = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert lines[-1]["type"] == "run" and lines[-1]["status"] == "cancelled"
 
 
 async def test_a_closed_stdout_is_not_a_traceback(dsn: str) -> None:

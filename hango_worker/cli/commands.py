@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from hango_worker.cli import exits
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import check_tools, read_input
-from hango_worker.cli.show import showable
+from hango_worker.cli.show import JsonLines, showable
 from hango_worker.config import Settings
 from hango_worker.render import LiveView, Painter, print_run
 from hango_worker.store import db, migrate, repo
@@ -179,8 +179,11 @@ async def cmd_runs_resume(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_runs_watch(s: Settings, a: argparse.Namespace) -> int:
     from hango_worker.watch import watch
 
+    view = JsonLines() if a.json else LiveView(Painter())
     async with pool_for(s) as (dsn, pool):
-        run = await watch(pool, dsn, repo.DEFAULT_TENANT_ID, a.run_id, LiveView(Painter()))
+        run = await watch(pool, dsn, repo.DEFAULT_TENANT_ID, a.run_id, view)
+    if a.json:
+        view.p.line(json.dumps({"type": "run", **run}, default=str, ensure_ascii=False))
     return exits.OK if run["status"] == "succeeded" else exits.FAILED
 
 

@@ -117,5 +117,4 @@ def _runs(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
     ):
         sp = cmd(verb, fn, h, rs)
         sp.add_argument("run_id", type=a_uuid("a run id"))
-        if verb != "watch":
-            sp.add_argument("--json", action="store_true")
+        sp.add_argument("--json", action="store_true")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from hango_worker.render import LiveView, Painter
 
 MALFORMED = "malformed"
 
@@ -53,3 +56,20 @@ def showable(run: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         problems.append(f"error is {type(error).__name__}, not an object")
         error = {"type": MALFORMED, "message": repr(error)[:200]}
     return {**run, "transcript": transcript, "state_json": state, "error": error}, problems
+
+
+class JsonLines(LiveView):
+    """`runs watch --json`: one JSON object per line — each committed event as it
+    lands, and each streamed text chunk as {"type": "text", "offset", "text"}."""
+
+    def __init__(self) -> None:
+        super().__init__(Painter())
+
+    def _emit(self, value: dict[str, Any]) -> None:
+        self.p.line(json.dumps(value, default=str, ensure_ascii=False))
+
+    def delta(self, run_id: str, text: str, offset: int | None = None) -> None:
+        self._emit({"type": "text", "run_id": run_id, "offset": offset, "text": text})
+
+    def event(self, e: dict[str, Any]) -> None:
+        self._emit(e)
