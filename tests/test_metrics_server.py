@@ -27,7 +27,7 @@ def sample(name: str, **labels: str) -> float:
 
 
 async def _until(cond: object, what: str) -> None:
-    for _ in range(500):
+    for _ in range(2000):
         if callable(cond) and cond():
             return
         await asyncio.sleep(0.01)

@@ -96,7 +96,7 @@ async def test_healthz_answers_before_the_database_does(script: dict[str, str]) 
     )
     try:
         health = None
-        for _ in range(200):
+        for _ in range(600):
             health = await asyncio.to_thread(_status, metrics_port, "/healthz")
             if health is not None or proc.returncode is not None:
                 break
