@@ -6,7 +6,10 @@ what is allowed (`ConfigError`), never a traceback.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import os
+import re
 import socket
 import uuid
 from pathlib import Path
@@ -18,6 +21,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 class ConfigError(ValueError):
     pass
+
+
+HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*")
 
 
 class Settings(BaseSettings):
@@ -39,6 +45,9 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=5, ge=1, le=100)
     shutdown_grace_s: float = Field(default=25.0, ge=0, le=3600)
     metrics_port: int = Field(default=9464, ge=0, le=65535, description="0 = ephemeral")
+    metrics_host: str = Field(
+        default="0.0.0.0", description="address /metrics /healthz /readyz listen on"
+    )
     capture_content: bool = False
     anthropic_max_retries: int = Field(default=2, ge=0, le=10)
     model_retries: int = Field(default=4, ge=0, le=20, description="our retries of a model call")
@@ -56,6 +65,15 @@ class Settings(BaseSettings):
             return None
         if not v.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
             raise ValueError("must start with postgresql://")
+        return v
+
+    @field_validator("metrics_host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        with contextlib.suppress(ValueError):
+            return str(ipaddress.ip_address(v))
+        if not HOSTNAME.fullmatch(v):
+            raise ValueError("must be an IP address (e.g. 127.0.0.1, ::) or a host name")
         return v
 
     @field_validator("log_level", mode="before")

@@ -43,7 +43,6 @@ async def _prepare(dsn: str) -> str:
 
 
 async def demo(settings: Settings) -> int:
-    from hango_worker.cli import database
     from hango_worker.service import serve
 
     p = Painter()
@@ -51,7 +50,7 @@ async def demo(settings: Settings) -> int:
     label = getattr(provider, "label", f"Claude via the Anthropic API ({provider.name})")
     p.line(p("hango-worker demo", BOLD) + p(f" — model: {label}", DIM))
     started = time.perf_counter()
-    async with database(settings) as dsn:
+    async with db.resolve(settings.database_url, settings.data_dir) as dsn:
         p.line(p(f"database: {db.redact(dsn)}", DIM))
         run_id = await _prepare(dsn)
         p.line(p(f"enqueued run {run_id}", DIM))

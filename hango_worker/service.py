@@ -7,7 +7,9 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
-from hango_worker.config import Settings
+import asyncpg
+
+from hango_worker.config import ConfigError, Settings
 from hango_worker.provider.types import Provider
 from hango_worker.run.execute import RunDeps, RunObserver
 from hango_worker.run.providers import make_provider
@@ -20,6 +22,9 @@ from hango_worker.telemetry.setup import setup_tracing
 from hango_worker.tool.registry import Registry
 
 log = logging.getLogger(__name__)
+
+
+READY_CACHE_S = 1.0  # concurrent and back-to-back /readyz probes share one check
 
 
 def pool_size(concurrency: int) -> int:
@@ -54,6 +59,26 @@ def readiness(dsn: str) -> Callable[[], Awaitable[bool]]:
     return check
 
 
+async def start_metrics(settings: Settings, dsn: str) -> MetricsServer:
+    """The metrics endpoint, up before anything touches the database, so `/healthz`
+    answers as soon as the process runs. A port in use is a configuration error."""
+    try:
+        server = await start_metrics_server(
+            settings.metrics_port,
+            readiness(dsn),
+            settings.metrics_host,
+            ready_cache_s=READY_CACHE_S,
+        )
+    except OSError as e:
+        raise ConfigError(
+            f"configuration error: cannot listen on {settings.metrics_host}:"
+            f"{settings.metrics_port} ({e.strerror or e}): set HANGO_METRICS_PORT to a free "
+            "port (0 = any) or stop what holds it"
+        ) from None
+    log.info("metrics on %s:%d/metrics", server.host, server.port)
+    return server
+
+
 async def serve(
     settings: Settings,
     dsn: str,
@@ -68,21 +93,25 @@ async def serve(
     on_ready: Callable[[Worker, MetricsServer | None], None] | None = None,
 ) -> WorkerStats:
     """Run a worker until it is shut down (or, with until_idle, the queue is empty).
-    `on_ready` receives the worker and its metrics server once both are up."""
+    `on_ready` receives the worker and its metrics server once both are up.
+
+    Start-up failures raise one-line errors and start nothing: `ConfigError` (a bad
+    setting, the metrics port in use) and `db.Unavailable` (the database is
+    unreachable, missing, refuses the credentials, or is not migrated)."""
     if logs:
         setup_logging(settings.log_level, settings.log_format, settings.capture_content)
+    server = await start_metrics(settings, dsn) if metrics else None
     own_provider = provider is None
-    provider = provider or make_provider(settings)
-    registry = registry or Registry.default(modules=settings.tool_modules)
-    tracing = setup_tracing()
-    # Runs hold a connection only for one statement at a time, so the pool is
-    # sized per worker, not per run: 200 runs in flight must not mean 200 connections.
-    pool = await db.create_pool(dsn, min_size=2, max_size=pool_size(settings.worker_concurrency))
-    server: MetricsServer | None = None
+    pool: asyncpg.Pool | None = None
+    tracing = None
     try:
-        if metrics:
-            server = await start_metrics_server(settings.metrics_port, readiness(dsn))
-            log.info("metrics on :%d/metrics", server.port)
+        provider = provider or make_provider(settings)
+        registry = registry or Registry.default(modules=settings.tool_modules)
+        await db.require_migrated(dsn)
+        # Runs hold a connection only for one statement at a time, so the pool is
+        # sized per worker, not per run: 200 runs in flight must not mean 200 connections.
+        pool = await db.open_pool(dsn, min_size=2, max_size=pool_size(settings.worker_concurrency))
+        tracing = setup_tracing()
         deps = RunDeps(pool, settings, registry, provider, settings.effective_worker_id(), observer)
         worker = Worker(deps, dsn)
         if on_ready is not None:
@@ -95,8 +124,10 @@ async def serve(
     finally:
         if server is not None:
             await server.close()
-        await pool.close()
-        tracing.shutdown()
+        if pool is not None:
+            await pool.close()
+        if tracing is not None:
+            tracing.shutdown()
         close = getattr(provider, "aclose", None)
         if own_provider and close is not None:
             await close()

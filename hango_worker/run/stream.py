@@ -4,7 +4,10 @@ Per delta the worker only appends to an in-memory buffer; a flush task sends
 what accumulated, at most every `interval_s`, one `pg_notify` per run — never
 a row per delta, never work in the middleware chain. Each chunk carries its
 character offset in the run's text, so a watcher can merge late chunks with
-the committed `model_message` events without printing anything twice.
+the committed `model_message` events without printing anything twice. A burst
+bigger than one NOTIFY payload (Postgres refuses 8000 bytes or more) is split
+into several, measured in encoded bytes and never inside a character, so no
+text is dropped whatever the script.
 """
 
 from __future__ import annotations
@@ -20,7 +23,35 @@ from hango_worker.store.sql import NOTIFY, TEXT_CHANNEL
 
 log = logging.getLogger(__name__)
 
-MAX_PAYLOAD = 7000  # NOTIFY payloads must stay under 8000 bytes
+MAX_PAYLOAD = 7000  # bytes; Postgres refuses NOTIFY payloads of 8000 bytes or more
+
+
+def _cost(ch: str) -> int:
+    """Bytes `ch` takes inside a JSON string as `json.dumps` writes it (ASCII-only)."""
+    if " " <= ch < "\x7f" and ch not in '"\\':
+        return 1
+    return len(json.dumps(ch)) - 2  # \n: 2, \u00e9: 6, an astral character: 12
+
+
+def payloads(run_id: str, offset: int, text: str, limit: int = MAX_PAYLOAD) -> list[str]:
+    """`text` as NOTIFY payloads of at most `limit` bytes each, in order, split only
+    between characters; each carries the character offset it starts at."""
+    envelope = len(json.dumps({"run_id": run_id, "offset": offset + len(text), "text": ""}))
+    budget = limit - envelope
+    assert budget >= 12, "the payload limit leaves no room for text"
+    out: list[str] = []
+    start = used = 0
+    for i, ch in enumerate(text):
+        cost = _cost(ch)
+        if used + cost > budget:
+            out.append(
+                json.dumps({"run_id": run_id, "offset": offset + start, "text": text[start:i]})
+            )
+            start, used = i, 0
+        used += cost
+    if start < len(text):
+        out.append(json.dumps({"run_id": run_id, "offset": offset + start, "text": text[start:]}))
+    return out
 
 
 class TextPublisher:
@@ -65,9 +96,7 @@ class TextPublisher:
             text = "".join(parts)
             start = self._sent.get(run_id, 0)
             self._sent[run_id] = start + len(text)
-            step = MAX_PAYLOAD // 4
-            for i in range(0, len(text), step):
-                chunk = {"run_id": run_id, "offset": start + i, "text": text[i : i + step]}
-                await self.pool.execute(NOTIFY, TEXT_CHANNEL, json.dumps(chunk))
+            for payload in payloads(run_id, start, text):
+                await self.pool.execute(NOTIFY, TEXT_CHANNEL, payload)
         for run_id in done:
             self._sent.pop(run_id, None)

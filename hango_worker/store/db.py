@@ -1,10 +1,28 @@
-"""asyncpg pools with JSON codecs."""
+"""asyncpg pools with JSON codecs; which database to use; why it cannot be used.
+
+Connection failures become `Unavailable` with one line naming the cause and
+what to do (unreachable, no such database, refused credentials, not
+migrated), never a driver traceback. The DSN's password is never printed.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import asyncpg
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+class Unavailable(RuntimeError):
+    """The database cannot be used as it is; the message says why and what to do."""
 
 
 async def _init(conn: asyncpg.Connection) -> None:
@@ -50,3 +68,106 @@ def redact(dsn: str) -> str:
     creds, host = rest.rsplit("@", 1)
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}@{host}"
+
+
+def describe_connect_error(dsn: str, err: BaseException) -> str:
+    """One line: what went wrong connecting to `dsn`, and what to do about it."""
+    where = redact(dsn)
+    if isinstance(err, asyncpg.InvalidCatalogNameError):
+        return (
+            f"database unavailable: {err} (at {where}): create it (e.g. `createdb`) "
+            "or fix the database name in HANGO_DATABASE_URL"
+        )
+    if isinstance(
+        err, asyncpg.InvalidPasswordError | asyncpg.InvalidAuthorizationSpecificationError
+    ):
+        return (
+            f"database unavailable: {where} refused the credentials ({err}): "
+            "check the user and password in HANGO_DATABASE_URL"
+        )
+    if isinstance(err, TimeoutError):
+        return (
+            f"database unavailable: no answer from {where} within {CONNECT_TIMEOUT_S:g}s: "
+            "check that Postgres is up and reachable"
+        )
+    if isinstance(err, socket.gaierror):
+        return f"database unavailable: cannot resolve the host of {where}: check HANGO_DATABASE_URL"
+    if isinstance(err, OSError):
+        cause = str(err) or type(err).__name__
+        return (
+            f"database unavailable: cannot connect to {where} ({cause}): "
+            "check that Postgres is up and HANGO_DATABASE_URL is right"
+        )
+    detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return f"database unavailable: {where}: {detail}"
+
+
+def not_migrated(dsn: str) -> str:
+    return (
+        f"database unavailable: {redact(dsn)} is not migrated (no schema): "
+        "run `hango-worker migrate` first"
+    )
+
+
+async def check_connect(dsn: str) -> asyncpg.Connection:
+    """A connection, or `Unavailable` with one line naming the cause."""
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            return await connect(dsn)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        raise Unavailable(describe_connect_error(dsn, e)) from None
+
+
+async def schema_revision(dsn: str) -> str | None:
+    """The database's alembic revision (None: never migrated); `Unavailable` if unreachable."""
+    conn = await check_connect(dsn)
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            if await conn.fetchval("SELECT to_regclass('alembic_version')") is None:
+                return None
+            version = await conn.fetchval("SELECT version_num FROM alembic_version LIMIT 1")
+    except (OSError, TimeoutError, asyncpg.PostgresError) as e:
+        raise Unavailable(describe_connect_error(dsn, e)) from None
+    finally:
+        conn.terminate()
+    return None if version is None else str(version)
+
+
+async def require_migrated(dsn: str) -> str:
+    """The revision, or `Unavailable` when the database is unreachable or not migrated."""
+    revision = await schema_revision(dsn)
+    if revision is None:
+        raise Unavailable(not_migrated(dsn))
+    return revision
+
+
+async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    """`create_pool`, with connection failures as `Unavailable`."""
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            return await create_pool(dsn, min_size=min_size, max_size=max_size)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        raise Unavailable(describe_connect_error(dsn, e)) from None
+
+
+@asynccontextmanager
+async def resolve(database_url: str | None, data_dir: Path) -> AsyncIterator[str]:
+    """The DSN to use: `database_url`, or the embedded server under `data_dir`."""
+    if database_url:
+        yield database_url
+        return
+    from hango_worker.store import embedded
+
+    try:
+        _server, dsn = await asyncio.to_thread(embedded.start, data_dir)
+    except Exception as e:
+        raise Unavailable(
+            f"database unavailable: could not start the embedded Postgres in {data_dir}: {e}"
+        ) from e
+    # one line, so nobody mistakes a development database for the real one
+    where = await asyncio.to_thread(os.path.abspath, data_dir)
+    print(
+        f"HANGO_DATABASE_URL is unset: using an embedded development database in {where}",
+        file=sys.stderr,
+    )
+    yield dsn

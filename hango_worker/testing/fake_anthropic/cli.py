@@ -85,7 +85,7 @@ async def serve_script(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="hango-worker fake-anthropic",
+        prog="hango-fake-anthropic",
         description="A local fake of the Anthropic Messages API that plays a script (offline).",
     )
     parser.add_argument("--port", type=int, default=8765, help="port (0: any free port)")

@@ -1,0 +1,217 @@
+"""The command handlers: each returns its exit code (see `exits`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import asyncpg
+from alembic.util import CommandError
+from pydantic import ValidationError
+
+from hango_worker.cli import exits
+from hango_worker.cli.exits import CliError
+from hango_worker.cli.inputs import check_tools, read_input
+from hango_worker.cli.show import JsonLines, showable
+from hango_worker.config import Settings
+from hango_worker.render import LiveView, Painter, print_run
+from hango_worker.store import db, migrate, repo
+
+
+def database(settings: Settings) -> AbstractAsyncContextManager[str]:
+    """The DSN to use: HANGO_DATABASE_URL, or the embedded server under HANGO_DATA_DIR."""
+    return db.resolve(settings.database_url, settings.data_dir)
+
+
+@asynccontextmanager
+async def pool_for(settings: Settings, *, size: int = 4) -> AsyncIterator[tuple[str, asyncpg.Pool]]:
+    async with database(settings) as dsn:
+        pool = await db.open_pool(dsn, min_size=1, max_size=size)
+        try:
+            yield dsn, pool
+        except asyncpg.UndefinedTableError:
+            raise db.Unavailable(db.not_migrated(dsn)) from None
+        finally:
+            await pool.close()
+
+
+def out(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+
+
+async def cmd_migrate(s: Settings, a: argparse.Namespace) -> int:
+    async with database(s) as dsn:
+        before = await db.schema_revision(dsn)  # Unavailable: unreachable, missing, refused
+        try:
+            await migrate.upgrade_and_seed(dsn)
+        except CommandError:
+            raise CliError(
+                f"cannot migrate: the database is at revision {before!r}, which this version "
+                f"does not know (its newest is {migrate.head_revision()!r}); a newer "
+                "hango-worker migrated it: run that version, or downgrade the database with it",
+                exits.UNAVAILABLE,
+            ) from None
+    head = migrate.head_revision()
+    print(json.dumps({"from": before, "to": head}) if a.json else f"migrated to {head}")
+    return exits.OK
+
+
+def known_tools(settings: Settings) -> list[str]:
+    """The registry's tools plus those middlewares provide (e.g. write_todos)."""
+    from hango_worker.agent.stack import StackConfig, default_stack
+    from hango_worker.agent.state import State
+    from hango_worker.tool.registry import Registry
+
+    names = Registry.default(modules=settings.tool_modules).names()
+    probe = State(run_id="", session_id="", agent_id="", tenant_id="")
+    for mw in default_stack(StackConfig(allowlist=())):
+        provide = getattr(mw, "provide_tools", None)
+        if provide is not None:
+            names += [t.name for t in provide(probe) if t.name not in names]
+    return names
+
+
+async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.agent.spec import AgentConfig
+
+    try:
+        cfg = AgentConfig.model_validate(json.loads(a.config)).model_dump(exclude_none=True)
+    except ValidationError as e:
+        why = "; ".join(
+            f"{'.'.join(map(str, x['loc'])) or 'value'}: {x['msg']}" for x in e.errors()
+        )
+        raise CliError(f"--config is not a valid agent config: {why}") from None
+    except (ValueError, TypeError) as e:
+        raise CliError(f"--config is not valid JSON: {e}") from None
+    tools = check_tools(a.tool or [], known_tools(s))
+    async with pool_for(s) as (_, pool):
+        tenant = await repo.ensure_default_tenant(pool)
+        agent_id = await repo.create_agent(
+            pool,
+            tenant_id=tenant,
+            name=a.name,
+            model=a.model,
+            system=a.system or [],
+            tools=tools,
+            config=cfg,
+        )
+    print(json.dumps({"agent_id": agent_id}) if a.json else agent_id)
+    return exits.OK
+
+
+async def cmd_agents_list(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        agents = await repo.list_agents(pool, repo.DEFAULT_TENANT_ID)
+    if a.json:
+        out(agents)
+        return exits.OK
+    for ag in agents:
+        print(f"{ag['id']}  {ag['name']:<20} {ag['model']:<28} tools={','.join(ag['tools'])}")
+    return exits.OK
+
+
+async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
+    text = read_input(a.input, a.input_file)
+    async with pool_for(s) as (_, pool):
+        ids = await repo.enqueue(
+            pool,
+            tenant_id=repo.DEFAULT_TENANT_ID,
+            agent=a.agent,
+            input_text=text,
+            session_id=a.session,
+        )
+    print(json.dumps(ids) if a.json else ids["run_id"])
+    return exits.OK
+
+
+async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        runs = await repo.list_runs(pool, repo.DEFAULT_TENANT_ID, status=a.status, limit=a.limit)
+    if a.json:
+        out(runs)
+        return exits.OK
+    for r in runs:
+        error = r["error"]
+        err = f"  {error.get('type')}" if isinstance(error, dict) else "  (malformed error)"
+        print(
+            f"{r['id']}  {r['status']:<9} {r['agent']:<16} attempt={r['attempt']} "
+            f"{r['created_at']}{err if error is not None else ''}"
+        )
+    return exits.OK
+
+
+async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        run = await repo.run_details(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+    if a.json:
+        out(run)
+        return exits.OK
+    shown, problems = showable(run)
+    print_run(Painter(), shown)
+    for p in problems:
+        print(f"hango-worker: malformed row shown as a marker: {p}", file=sys.stderr)
+    return exits.OK
+
+
+async def cmd_runs_cancel(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        status = await repo.request_cancel(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+    if a.json:
+        print(json.dumps({"run_id": a.run_id, "status": status}))
+    else:
+        done = status == "cancelled"
+        print("cancelled" if done else "cancel requested (at the next turn boundary)")
+    return exits.OK
+
+
+async def cmd_runs_resume(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        await repo.resume(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+    print(json.dumps({"run_id": a.run_id, "status": "queued"}) if a.json else "queued")
+    return exits.OK
+
+
+async def cmd_runs_watch(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.watch import watch
+
+    view = JsonLines() if a.json else LiveView(Painter())
+    async with pool_for(s) as (dsn, pool):
+        run = await watch(pool, dsn, repo.DEFAULT_TENANT_ID, a.run_id, view)
+    if a.json:
+        view.p.line(json.dumps({"type": "run", **run}, default=str, ensure_ascii=False))
+    return exits.OK if run["status"] == "succeeded" else exits.FAILED
+
+
+async def cmd_gc(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.store.gc import gc, parse_age
+
+    try:
+        age = parse_age(a.older_than)
+    except ValueError as e:
+        raise CliError(f"--older-than: {e}") from None
+    async with pool_for(s) as (_, pool):
+        result = await gc(
+            pool, older_than=age, tenant_id=a.tenant, delete_runs=a.runs, batch_size=a.batch_size
+        )
+    print(json.dumps(dataclasses.asdict(result), default=str))
+    return exits.OK
+
+
+async def cmd_run(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.service import serve
+
+    async with database(s) as dsn:
+        stats = await serve(s, dsn, until_idle=a.until_idle, install_signals=True)
+    print(json.dumps({"claimed": stats.claimed, "finished": stats.finished}), file=sys.stderr)
+    return exits.OK
+
+
+async def cmd_demo(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.demo import demo
+
+    return await demo(s)

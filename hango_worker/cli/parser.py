@@ -1,0 +1,120 @@
+"""The argument parser: every command, its options and their types."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+from hango_worker import __version__
+from hango_worker.cli import commands as c
+from hango_worker.cli import exits
+from hango_worker.cli.inputs import (
+    MAX_BATCH_SIZE,
+    MAX_LIMIT,
+    STATUSES,
+    a_uuid,
+    int_between,
+    name,
+    text,
+)
+from hango_worker.config import Settings
+
+Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+
+EXIT_CODES = (
+    "exit codes: 0 ok; 1 the run did not succeed (demo, runs watch); 2 usage or "
+    "configuration error; 3 not found; 4 conflict; 5 database unavailable (unreachable, "
+    "missing, credentials refused, not migrated or newer schema); 130 interrupted"
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (and exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(exits.USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="hango-worker",
+        description="Durable run-worker for LLM agents on Postgres. Configured by HANGO_* "
+        "environment variables (see README).",
+        epilog=EXIT_CODES,
+    )
+    p.add_argument("--version", action="version", version=f"hango-worker {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def cmd(name: str, fn: Handler, help: str, parent: Any = sub) -> argparse.ArgumentParser:
+        sp: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help)
+        sp.set_defaults(fn=fn)
+        return sp
+
+    r = cmd("run", c.cmd_run, "run the worker service")
+    r.add_argument("--until-idle", action="store_true", help="exit once nothing is queued")
+    m = cmd("migrate", c.cmd_migrate, "migrate the database to the latest schema")
+    m.add_argument("--json", action="store_true", help='print {"from": …, "to": …}')
+    cmd("demo", c.cmd_demo, "start an embedded Postgres and run a demo agent end to end")
+    e = cmd("enqueue", c.cmd_enqueue, "queue a run; prints its id")
+    e.add_argument("--agent", required=True, type=text, help="agent name or id")
+    given = e.add_mutually_exclusive_group(required=True)
+    given.add_argument("--input", type=text, help="the user's message ('-': read stdin)")
+    given.add_argument("--input-file", type=text, metavar="PATH", help="read it from a file")
+    e.add_argument("--session", type=a_uuid("a session id"), help="continue its history")
+    e.add_argument("--json", action="store_true")
+
+    _agents(sub, cmd)
+    _runs(sub, cmd)
+
+    g = cmd(
+        "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
+    )
+    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
+    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
+    g.add_argument(
+        "--batch-size",
+        type=int_between(1, MAX_BATCH_SIZE),
+        default=1000,
+        help=f"rows per short transaction (1-{MAX_BATCH_SIZE})",
+    )
+    g.add_argument("--tenant", type=a_uuid("a tenant id"), help="only this tenant (default: all)")
+    g.add_argument("--json", action="store_true", help="(the summary is always JSON)")
+    return p
+
+
+def _agents(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
+    ag = sub.add_parser("agents", help="create and list agents").add_subparsers(
+        dest="sub", required=True, metavar="SUBCOMMAND"
+    )
+    c_ = cmd("create", c.cmd_agents_create, "create an agent; prints its id", ag)
+    c_.add_argument("--name", required=True, type=name, help="1-200 printable characters")
+    c_.add_argument("--model", required=True, type=name, help="e.g. claude-sonnet-4-6")
+    c_.add_argument("--system", action="append", type=text, help="a system prompt block")
+    c_.add_argument(
+        "--tool", action="append", type=text, help="an allowed tool (repeatable; none = no tools)"
+    )
+    c_.add_argument("--config", default="{}", type=text, help='JSON, e.g. {"max_turns": 20}')
+    c_.add_argument("--json", action="store_true")
+    cmd("list", c.cmd_agents_list, "list agents", ag).add_argument("--json", action="store_true")
+
+
+def _runs(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
+    rs = sub.add_parser("runs", help="inspect and control runs").add_subparsers(
+        dest="sub", required=True, metavar="SUBCOMMAND"
+    )
+    ls = cmd("list", c.cmd_runs_list, "recent runs", rs)
+    ls.add_argument("--status", choices=STATUSES)
+    ls.add_argument(
+        "--limit", type=int_between(1, MAX_LIMIT), default=50, help=f"1-{MAX_LIMIT} (default 50)"
+    )
+    ls.add_argument("--json", action="store_true")
+    for verb, fn, h in (
+        ("show", c.cmd_runs_show, "status, attempt, transcript, state, events, error"),
+        ("watch", c.cmd_runs_watch, "follow a run live until it ends"),
+        ("cancel", c.cmd_runs_cancel, "cancel a run (at its next turn boundary)"),
+        ("resume", c.cmd_runs_resume, "re-queue a cancelled or failed run from its checkpoint"),
+    ):
+        sp = cmd(verb, fn, h, rs)
+        sp.add_argument("run_id", type=a_uuid("a run id"))
+        sp.add_argument("--json", action="store_true")
