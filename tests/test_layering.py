@@ -31,24 +31,27 @@ PRODUCTION = {
     "store",
     "telemetry",
     "tool",
+    "vocab",
     "watch",
 }
 
 # component → the other components it may import (the package root is "__init__")
+# `vocab` (run statuses, error types, tool outcomes) is a leaf every component may use.
 ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
-    "telemetry": set(),
+    "vocab": set(),
+    "telemetry": {"vocab"},
     "config": set(),
-    "render": set(),
-    "provider": {"telemetry"},
-    "tool": {"provider", "telemetry"},
-    "agent": {"provider", "tool", "telemetry"},
-    "store": {"provider", "telemetry", "config"},
-    "run": {"provider", "tool", "agent", "store", "telemetry", "config"},
-    "watch": {"render", "store", "telemetry"},
-    "client": {"provider", "agent", "store", "telemetry", "config"},
-    "service": {"config", "provider", "tool", "agent", "run", "store", "telemetry"},
-    "demo": {"config", "provider", "render", "run", "service", "store", "telemetry"},
+    "render": {"vocab"},
+    "provider": {"telemetry", "vocab"},
+    "tool": {"provider", "telemetry", "vocab"},
+    "agent": {"provider", "tool", "telemetry", "vocab"},
+    "store": {"provider", "telemetry", "config", "vocab"},
+    "run": {"provider", "tool", "agent", "store", "telemetry", "config", "vocab"},
+    "watch": {"render", "store", "telemetry", "vocab"},
+    "client": {"provider", "agent", "store", "telemetry", "config", "vocab"},
+    "service": {"config", "provider", "tool", "agent", "run", "store", "telemetry", "vocab"},
+    "demo": {"config", "provider", "render", "run", "service", "store", "telemetry", "vocab"},
     "cli": PRODUCTION - {"cli", "client"},
     "testing": PRODUCTION - {"cli", "demo", "service"},
 }

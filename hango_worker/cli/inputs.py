@@ -10,11 +10,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hango_worker.cli.exits import CliError
+from hango_worker.vocab import RunStatus
 
 MAX_NAME_CHARS = 200
 MAX_LIMIT = 10_000
 MAX_BATCH_SIZE = 100_000
-STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+STATUSES = tuple(str(s) for s in RunStatus)
 
 
 def _utf8_problem(value: str) -> str | None:
