@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "vocab": set(),
     "telemetry": {"vocab"},
     "config": set(),
-    "render": {"vocab"},
+    "render": {"provider", "vocab"},  # provider.sanitize: the one text-cleaning rule
     "provider": {"telemetry", "vocab"},
     "tool": {"provider", "telemetry", "vocab"},
     "agent": {"provider", "tool", "telemetry", "vocab"},
