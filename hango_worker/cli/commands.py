@@ -56,6 +56,12 @@ async def cmd_migrate(s: Settings, a: argparse.Namespace) -> int:
                 "hango-worker migrated it: run that version, or downgrade the database with it",
                 exits.UNAVAILABLE,
             ) from None
+        except migrate.SchemaNewerThanCode as e:
+            raise CliError(
+                f"cannot migrate: {e} (revision {before!r}, which this version does not know; "
+                "a newer hango-worker migrated it)",
+                exits.UNAVAILABLE,
+            ) from None
     head = migrate.head_revision()
     print(json.dumps({"from": before, "to": head}) if a.json else f"migrated to {head}")
     return exits.OK
