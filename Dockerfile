@@ -77,7 +77,7 @@ EXPOSE 9464
 # Liveness of the process (not of the database: that is /readyz). Port 0
 # (ephemeral) cannot be probed; keep a fixed port in containers.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
-    CMD python -c "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:${HANGO_METRICS_PORT:-9464}/healthz', timeout=4).status == 200 else 1)"
+    CMD python -c "import os, sys, urllib.request; h = os.environ.get('HANGO_METRICS_HOST', '') or '127.0.0.1'; h = {'0.0.0.0': '127.0.0.1', '::': '::1'}.get(h, h); h = f'[{h}]' if ':' in h else h; sys.exit(0 if urllib.request.urlopen(f'http://{h}:${HANGO_METRICS_PORT:-9464}/healthz', timeout=4).status == 200 else 1)"
 
 # SIGTERM: stop claiming, let runs reach a turn boundary within
 # HANGO_SHUTDOWN_GRACE_S, checkpoint, hand them back to the queue, exit. Give the
