@@ -80,6 +80,18 @@ MODEL_ERROR_TYPES = frozenset(
     }
 )
 RUN_ERROR_TYPES = frozenset(ErrorType) - MODEL_ERROR_TYPES
+# Model errors that say the request itself is wrong: retrying cannot help, even when
+# they arrive as an `error` event mid-stream.
+FATAL_MODEL_ERROR_TYPES = frozenset(
+    {
+        ErrorType.INVALID_REQUEST_ERROR,
+        ErrorType.AUTHENTICATION_ERROR,
+        ErrorType.PERMISSION_ERROR,
+        ErrorType.NOT_FOUND_ERROR,
+        ErrorType.REQUEST_TOO_LARGE,
+        ErrorType.BILLING_ERROR,
+    }
+)
 
 
 class ToolOutcome(StrEnum):

@@ -84,20 +84,9 @@ from hango_worker.provider.types import (
     Usage,
     tool_input,
 )
-from hango_worker.vocab import ErrorType
+from hango_worker.vocab import FATAL_MODEL_ERROR_TYPES, ErrorType
 
-# Error types that say the request itself is wrong: retrying cannot help,
-# even when they arrive as an `error` event mid-stream.
-FATAL_ERROR_TYPES = frozenset(
-    {
-        ErrorType.INVALID_REQUEST_ERROR,
-        ErrorType.AUTHENTICATION_ERROR,
-        ErrorType.PERMISSION_ERROR,
-        ErrorType.NOT_FOUND_ERROR,
-        ErrorType.REQUEST_TOO_LARGE,
-        ErrorType.BILLING_ERROR,
-    }
-)
+FATAL_ERROR_TYPES = FATAL_MODEL_ERROR_TYPES  # vocab.py: retrying cannot help
 _TYPE_BY_STATUS = {
     400: ErrorType.INVALID_REQUEST_ERROR,
     401: ErrorType.AUTHENTICATION_ERROR,
