@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from hango_worker.provider.types import TextBlock, ToolResultBlock, ToolUseBlock
+from hango_worker.agent.middleware import ModelHandler, ModelRequest, ModelResponse
+from hango_worker.provider.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from hango_worker.testing.memory import run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import agent, call, recording_tool, scripted
+from tests.test_chain import CapturingProvider
 
 STACKS = [pytest.param([], id="empty-stack"), pytest.param(None, id="default-stack")]
 
@@ -174,3 +176,29 @@ async def test_tool_cut_off_by_max_tokens_is_never_executed(stack: Any) -> None:
     assert calls == []
     (r,) = results(state)
     assert r.is_error and "cut off by max_tokens" in r.content
+
+
+class InPlaceEditor:
+    """A careless model wrapper that appends to the request's message list in place."""
+
+    name = "in_place_editor"
+
+    async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
+        req.request.messages.append(Message("user", [TextBlock("(note for this call only)")]))
+        return await next(req)
+
+
+async def test_model_wrappers_get_a_copy_of_the_history_not_the_history() -> None:
+    provider = CapturingProvider(
+        scripted({"tool_calls": [call("calculator", expression="1")]}, {"text": "ok"})
+    )
+    _, state, io = await run_agent(agent(), provider, stack=[InPlaceEditor()])
+    # each request is a snapshot: the first one does not grow with the turns after it
+    first, second = provider.requests
+    assert [m.role for m in first.messages] == ["user", "user"]
+    assert [m.role for m in second.messages] == ["user", "assistant", "user", "user"]
+    # what a wrapper does to its request never reaches the run's history or the store
+    assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]
+    for messages in (state.messages, io.messages):
+        texts = [b.text for m in messages for b in m.content if isinstance(b, TextBlock)]
+        assert "(note for this call only)" not in texts

@@ -313,3 +313,32 @@ async def test_repeat_metric_labels_only_known_tools() -> None:
     )
     assert blocked("_unknown") == before + 1
     assert blocked("made_up_tool_x9") == 0.0
+
+
+def _short_circuits(middleware: str) -> float:
+    from prometheus_client import REGISTRY
+
+    v = REGISTRY.get_sample_value(
+        "hango_middleware_tool_short_circuits_total", {"middleware": middleware}
+    )
+    return v or 0.0
+
+
+async def test_every_short_circuit_is_counted_by_the_middleware_that_made_it() -> None:
+    tool, calls = recording_tool()
+    same = call("echo", text="again")
+    allow0, repeat0 = _short_circuits("tool_allowlist"), _short_circuits("repeat_call")
+    await run_agent(
+        agent(tools=["echo"]),
+        scripted(
+            {"tool_calls": [call("calculator", expression="1")]},  # not allowed
+            {"tool_calls": [same]},
+            {"tool_calls": [same]},
+            {"tool_calls": [same]},  # third identical: blocked
+            {"text": "ok"},
+        ),
+        tools=[tool],
+    )
+    assert len(calls) == 2
+    assert _short_circuits("tool_allowlist") == allow0 + 1
+    assert _short_circuits("repeat_call") == repeat0 + 1
