@@ -69,6 +69,58 @@ async def test_a_middleware_re_adding_a_banned_tool_is_defeated(spans: Any) -> N
     assert rewritten and "echo" in rewritten[0].attributes["hango.tools.removed"]
 
 
+async def test_dropping_an_unlisted_provided_tool_is_not_recorded_as_a_rewrite(
+    spans: Any,
+) -> None:
+    """write_todos is offered by the Todo middleware to every agent; an agent that does
+    not list it has opted out, so removing it is no rewrite of the agent's request."""
+    provider = CapturingProvider(
+        scripted({"tool_calls": [call("calculator", expression="1")]}, {"text": "ok"})
+    )
+    await run_agent(agent(tools=["calculator"]), provider)
+    assert [[t.name for t in r.tools] for r in provider.requests] == [["calculator"]] * 2
+    assert spans.events("middleware.request_rewritten") == []
+
+
+async def test_a_denied_call_is_an_expected_outcome_not_a_span_error(spans: Any) -> None:
+    from opentelemetry.trace import StatusCode
+    from prometheus_client import REGISTRY
+
+    def tool_calls(outcome: str) -> float:
+        # echo is not among this agent's tools, so its label is the bounded "_unknown"
+        labels = {"gen_ai_tool_name": "_unknown", "outcome": outcome}
+        return REGISTRY.get_sample_value("hango_tool_calls_total", labels) or 0.0
+
+    tool, calls = recording_tool()
+    denied0, error0 = tool_calls("denied"), tool_calls("error")
+    await run_agent(
+        agent(tools=["calculator"]),  # echo exists but is not allowed
+        scripted({"tool_calls": [call("echo", text="x")]}, {"text": "ok"}),
+        tools=[tool],
+    )
+    assert calls == []
+    (span,) = spans.named("execute_tool echo")
+    assert span.status.status_code == StatusCode.UNSET
+    assert "error.type" not in span.attributes
+    assert span.attributes["hango.tool.denied_by"] == "tool_allowlist"
+    (ev,) = [e for e in span.events if e.name == "tool.denied"]
+    assert ev.attributes["hango.middleware.name"] == "tool_allowlist"
+    assert (tool_calls("denied"), tool_calls("error")) == (denied0 + 1, error0)
+
+
+async def test_a_failing_allowed_tool_still_marks_its_span_as_an_error(spans: Any) -> None:
+    from opentelemetry.trace import StatusCode
+
+    await run_agent(
+        agent(tools=["calculator"]),
+        scripted({"tool_calls": [call("calculator", expression="1/0")]}, {"text": "ok"}),
+    )
+    (span,) = spans.named("execute_tool calculator")
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes["error.type"] == "tool_error"
+    assert "hango.tool.denied_by" not in span.attributes
+
+
 # -- todo ----------------------------------------------------------------------------------
 
 PLAN = [{"content": "one", "status": "in_progress"}, {"content": "two", "status": "pending"}]
