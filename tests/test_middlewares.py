@@ -149,8 +149,20 @@ async def test_write_todos_replaces_renders_and_never_enters_messages(spans: Any
             if isinstance(b, TextBlock | ToolResultBlock):
                 assert "[~] one" not in (b.text if isinstance(b, TextBlock) else b.content)
     counts = spans.events("agent.todos_updated")
-    assert [e.attributes["hango.todos.total"] for e in counts] == [2, 1]
-    assert counts[0].attributes["hango.todos.in_progress"] == 1
+    assert [dict(e.attributes) for e in counts] == [
+        {
+            "hango.todos.total": 2,
+            "hango.todos.pending": 1,
+            "hango.todos.in_progress": 1,
+            "hango.todos.completed": 0,
+        },
+        {
+            "hango.todos.total": 1,
+            "hango.todos.pending": 0,
+            "hango.todos.in_progress": 0,
+            "hango.todos.completed": 1,
+        },
+    ]
     assert all("one" not in str(dict(e.attributes)) for e in counts)  # never content
     turns = [
         s
@@ -158,6 +170,7 @@ async def test_write_todos_replaces_renders_and_never_enters_messages(spans: Any
         if "langfuse.observation.metadata.todos_total" in s.attributes
     ]
     assert turns and turns[-1].attributes["langfuse.observation.metadata.todos_completed"] == 1
+    assert turns[-1].attributes["langfuse.observation.metadata.todos_total"] == 1
 
 
 @pytest.mark.parametrize(
@@ -241,7 +254,17 @@ async def test_the_third_identical_call_is_blocked_and_not_executed(spans: Any) 
     )
     assert not rs[3].is_error  # different arguments are not blocked
     (ev,) = spans.events("middleware.repeat_call_blocked")
-    assert ev.attributes["gen_ai.tool.name"] == "echo"
+    assert dict(ev.attributes) == {
+        "hango.middleware.name": "repeat_call",
+        "hango.middleware.reason": "identical call",
+        "gen_ai.tool.name": "echo",
+        "hango.repeat.count": 3,
+    }
+    (short,) = spans.events("middleware.short_circuited")
+    assert dict(short.attributes) == {
+        "hango.middleware.name": "repeat_call",
+        "hango.middleware.reason": "repeated identical call",
+    }
 
 
 async def test_repeat_counts_survive_a_resume_through_state_json() -> None:
@@ -298,6 +321,26 @@ async def test_dangling_tool_use_is_repaired_before_the_first_model_call() -> No
     assert sent[2].content == [ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)]
     assert dangling_tool_uses(sent) == []
     assert io.messages[0].content[0] == ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)
+
+
+async def test_a_repair_is_recorded_on_its_before_run_span(spans: Any) -> None:
+    dangling = [
+        Message("user", [TextBlock("hi")]),
+        Message("assistant", [ToolUseBlock("toolu_a", "echo", {"text": "1"})]),
+    ]
+    tool, _ = recording_tool()
+    a = agent(tools=["echo"])
+    state = make_state(a, text=None, history=dangling)
+    await run_agent(
+        a, scripted({}, {"text": "ok"}), state=state, tools=[tool], info=RunInfo(persisted=2)
+    )
+    (hook,) = spans.named("agent.before_run repair_tool_calls")
+    (ev,) = [e for e in hook.events if e.name == "middleware.request_rewritten"]
+    assert dict(ev.attributes) == {
+        "hango.middleware.name": "repair_tool_calls",
+        "hango.middleware.reason": "dangling tool_use repaired",
+        "hango.repair.count": 1,
+    }
 
 
 def test_repair_fills_gaps_in_the_middle_of_history_in_place() -> None:
@@ -359,7 +402,12 @@ async def test_repeat_metric_labels_only_known_tools() -> None:
         return v or 0.0
 
     made_up = call("made_up_tool_x9", q=1)
-    before = blocked("_unknown")
+    before, calc_before = blocked("_unknown"), blocked("calculator")
+    same = call("calculator", expression="1")
+    await run_agent(
+        agent(tools=["calculator"]), scripted(*[{"tool_calls": [same]}] * 3, {"text": "ok"})
+    )
+    assert blocked("calculator") == calc_before + 1  # a known tool keeps its name
     await run_agent(
         agent(tools=["calculator"]), scripted(*[{"tool_calls": [made_up]}] * 3, {"text": "ok"})
     )
