@@ -110,7 +110,8 @@ def database(wanted: bool) -> Iterator[dict[str, str]]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def summarize(name: str, work: Path) -> str:
+def results(work: Path) -> dict[str, str]:
+    """Mutant name → mutmut's verdict (killed, survived, no tests, timeout, …)."""
     out = subprocess.run(
         [str(MUTMUT), "results", "--all", "true"],
         cwd=work,
@@ -118,9 +119,24 @@ def summarize(name: str, work: Path) -> str:
         text=True,
         check=True,
     ).stdout
-    status = Counter(
-        line.rsplit(": ", 1)[1].strip() for line in out.splitlines() if "__mutmut_" in line
-    )
+    pairs = (line.strip().rsplit(": ", 1) for line in out.splitlines() if "__mutmut_" in line)
+    return {name: verdict for name, verdict in pairs}
+
+
+def mutate(work: Path, env: dict[str, str], jobs: int) -> None:
+    """mutmut re-tests new and changed functions only and keeps every other verdict;
+    a survivor of an earlier run is re-tested too, since tests may have been added."""
+    earlier = (work / "mutants").exists()
+    run = [str(MUTMUT), "run", "--max-children", str(jobs)]
+    subprocess.run(run, cwd=work, env=env, check=True)
+    if earlier:
+        alive = [n for n, v in results(work).items() if v in ("survived", "no tests")]
+        if alive:
+            subprocess.run([*run, *alive], cwd=work, env=env, check=True)
+
+
+def summarize(name: str, work: Path) -> str:
+    status = Counter(results(work).values())
     total = sum(n for k, n in status.items() if k not in ("not checked", "skipped"))
     killed = status["killed"] + status["timeout"]
     score = 100.0 * killed / total if total else 0.0
@@ -144,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         profile = PROFILES[name]
         work = prepare(name, profile)
         with database(profile.database) as env:
-            run = [str(MUTMUT), "run", "--max-children", str(args.jobs)]
-            subprocess.run(run, cwd=work, env=env, check=True)
+            mutate(work, env, args.jobs)
         subprocess.run([str(MUTMUT), "results"], cwd=work, check=True)  # the survivors
         lines.append(summarize(name, work))
     print("\n".join(lines))

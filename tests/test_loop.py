@@ -485,3 +485,33 @@ async def test_a_history_that_ends_in_an_answer_has_nothing_to_resume(spans: Any
     assert outcome.status == "succeeded" and calls == []
     assert spans.named("resume tool batch") == []
     assert [m.role for m in state.messages] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_the_provider_gets_the_agents_settings_and_events_carry_each_turn(
+    spans: Any,
+) -> None:
+    provider = CapturingProvider(
+        scripted(
+            {"text": "sum", "tool_calls": [call("calculator", expression="2+2")]},
+            {"text": "4", "usage": {"input_tokens": 7, "output_tokens": 3}},
+        )
+    )
+    a = agent(max_tokens=321, temperature=0.25)
+    _, state, io = await run_agent(a, provider)
+    first = provider.requests[0]
+    assert (first.model, first.max_tokens, first.temperature) == ("claude-test", 321, 0.25)
+    assert [t.name for t in first.tools] == ["calculator", "current_time"]
+    turns = [e.payload for e in io.events if e.type == "model_message"]
+    assert [(p["turn"], p["stop_reason"]) for p in turns] == [(1, "tool_use"), (2, "end_turn")]
+    assert [p["message"] for p in turns] == [
+        state.messages[1].to_dict(),
+        state.messages[3].to_dict(),
+    ]
+    assert turns[1]["usage"]["input_tokens"] == 7 and turns[1]["usage"]["output_tokens"] == 3
+    (use,) = state.messages[1].tool_uses()
+    assert io.tool_results == {use.id: ToolResult("4")}
+    (result_event,) = [e.payload for e in io.events if e.type == "tool_result"]
+    assert result_event["tool_use_id"] == use.id and result_event["name"] == "calculator"
+    assert result_event["input"] == {"expression": "2+2"}
+    spans_by_turn = {s.name: s.attributes["hango.turn.index"] for s in spans.named("turn ")}
+    assert spans_by_turn == {"turn 1": 1, "turn 2": 2}
