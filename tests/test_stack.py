@@ -86,3 +86,33 @@ async def test_the_worker_reads_the_repeat_threshold_from_the_environment(
     await run_until_idle(dsn, scripted(*_repeats(4)), tools=[echo])
     assert (await details(pool, second))["status"] == "succeeded"
     assert len(calls) == 1
+
+
+async def test_the_worker_builds_each_runs_loop_from_its_settings(
+    pool: asyncpg.Pool, dsn: str, spans: Any
+) -> None:
+    """max_turns, model retries and content capture come from the worker's settings
+    (HANGO_MAX_TURNS, HANGO_MODEL_RETRIES, HANGO_CAPTURE_CONTENT) when the agent sets none."""
+    await make_agent(pool, name="plain", tools=["calculator"])
+    looping = [{"tool_calls": [call("calculator", expression="1+1")]}] * 3 + [{"text": "ok"}]
+    first = await enqueue(pool, agent="plain")
+    await run_until_idle(dsn, scripted(*looping), max_turns=2)
+    run = await details(pool, first)
+    assert run["status"] == "failed"
+    assert run["error"] == {
+        "type": "max_turns",
+        "message": "the run reached max_turns (2) without a final answer",
+    }
+    busy = {"type": "overloaded_error", "message": "busy", "retryable": True, "times": 2}
+    flaky = scripted({"text": "ok", "error": busy})
+    second = await enqueue(pool, agent="plain")
+    await run_until_idle(dsn, flaky, model_retries=1)
+    run = await details(pool, second)
+    assert run["status"] == "failed" and run["error"]["type"] == "overloaded_error"
+    assert flaky.calls == 2  # the first call and one retry
+    third = await enqueue(pool, agent="plain")
+    await run_until_idle(dsn, scripted({"text": "CAPTURED-7e1"}), capture_content=True)
+    assert (await details(pool, third))["status"] == "succeeded"
+    chat = spans.named("chat ")[-1]
+    assert "CAPTURED-7e1" in chat.attributes["gen_ai.output.messages"]
+    assert chat.attributes["gen_ai.provider.name"] == "scripted"
