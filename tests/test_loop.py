@@ -515,3 +515,20 @@ async def test_the_provider_gets_the_agents_settings_and_events_carry_each_turn(
     assert result_event["input"] == {"expression": "2+2"}
     spans_by_turn = {s.name: s.attributes["hango.turn.index"] for s in spans.named("turn ")}
     assert spans_by_turn == {"turn 1": 1, "turn 2": 2}
+
+
+async def test_chat_spans_name_the_provider_and_capture_content_only_when_asked(
+    spans: Any,
+) -> None:
+    provider = FailsFirst(scripted({"text": "CONTENT-5c"}), [_busy(0.0)])
+    await run_agent(agent(), provider, capture_content=True)
+    failed, ok = spans.named("chat ")
+    for s in (failed, ok):
+        assert s.attributes["gen_ai.provider.name"] == "fails_first"
+    assert failed.attributes["error.type"] == "overloaded_error"
+    assert "CONTENT-5c" in ok.attributes["gen_ai.output.messages"]
+    assert "hello" in ok.attributes["gen_ai.input.messages"]
+    spans.exporter.clear()
+    await run_agent(agent(), scripted({"text": "CONTENT-5c"}))
+    (quiet,) = spans.named("chat ")
+    assert "gen_ai.output.messages" not in quiet.attributes
