@@ -40,7 +40,34 @@ async def test_a_banned_tool_called_by_the_model_never_runs(spans: Any) -> None:
         "tool 'echo' is not allowed for this agent (allowed: calculator); it was not run"
     )
     (ev,) = spans.events("middleware.short_circuited")
-    assert ev.attributes["hango.middleware.name"] == "tool_allowlist"
+    assert dict(ev.attributes) == {
+        "hango.middleware.name": "tool_allowlist",
+        "hango.middleware.reason": "tool not in allowlist",
+        "gen_ai.tool.name": "echo",
+    }
+    (denied,) = spans.events("tool.denied")
+    assert dict(denied.attributes) == {
+        "hango.middleware.name": "tool_allowlist",
+        "hango.middleware.reason": "tool not in allowlist",
+    }
+
+
+@pytest.mark.parametrize(
+    ("tools", "listing"),
+    [([], "none"), (["current_time", "calculator"], "calculator, current_time")],
+)
+async def test_a_denial_lists_what_the_agent_may_call(tools: list[str], listing: str) -> None:
+    tool, _ = recording_tool()
+    _, state, _ = await run_agent(
+        agent(tools=tools),
+        scripted({"tool_calls": [call("echo", text="x")]}, {"text": "ok"}),
+        tools=[tool],
+    )
+    (r,) = results(state)
+    assert (
+        r.content
+        == f"tool 'echo' is not allowed for this agent (allowed: {listing}); it was not run"
+    )
 
 
 class ReAdder:
@@ -66,7 +93,12 @@ async def test_a_middleware_re_adding_a_banned_tool_is_defeated(spans: Any) -> N
     assert [t.name for t in provider.requests[0].tools] == ["calculator"]
     assert calls == []
     rewritten = spans.events("middleware.request_rewritten")
-    assert rewritten and "echo" in rewritten[0].attributes["hango.tools.removed"]
+    assert len(rewritten) == 2  # once per model call: the re-adder tries every turn
+    assert dict(rewritten[0].attributes) == {
+        "hango.middleware.name": "tool_allowlist",
+        "hango.middleware.reason": "tools not in allowlist removed",
+        "hango.tools.removed": ("echo",),
+    }
 
 
 async def test_dropping_an_unlisted_provided_tool_is_not_recorded_as_a_rewrite(
@@ -139,7 +171,12 @@ async def test_write_todos_replaces_renders_and_never_enters_messages(spans: Any
     assert outcome.status == "succeeded"
     assert state.todos == [Todo(content="three", status="completed")]  # replaced, not merged
     plan_block = provider.requests[1].system[1].text
-    assert "1. [~] one" in plan_block and "2. [ ] two" in plan_block
+    assert plan_block == (
+        "Current todo list (maintained with write_todos; update it as you work):\n"
+        "1. [~] one\n"
+        "2. [ ] two"
+    )
+    assert provider.requests[2].system[1].text.endswith("\n1. [x] three")
     assert "three" in provider.requests[2].system[1].text
     assert "one" not in provider.requests[2].system[1].text
     confirmations = [r.content for r in results(state)]
@@ -209,6 +246,11 @@ async def test_two_write_todos_in_one_response_are_both_rejected() -> None:
 
 def test_write_todos_description_carries_the_policy() -> None:
     from hango_worker.agent.mw_todo import DESCRIPTION
+    from hango_worker.agent.mw_todo import Todo as TodoMiddleware
+
+    st = make_state(agent())
+    (tool,) = TodoMiddleware().provide_tools(st)
+    assert (tool.name, tool.description, tool.idempotent) == (TOOL_NAME, DESCRIPTION, True)
 
     for phrase in (
         "REPLACES the whole list",
