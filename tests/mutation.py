@@ -125,7 +125,9 @@ def results(work: Path) -> dict[str, str]:
 
 def mutate(work: Path, env: dict[str, str], jobs: int) -> None:
     """mutmut re-tests new and changed functions only and keeps every other verdict;
-    a survivor of an earlier run is re-tested too, since tests may have been added."""
+    a survivor of an earlier run is re-tested too, since tests may have been added.
+    (Which tests run which function is learnt again only for new tests: after
+    changing existing ones, delete .mutants/<profile> for an exact score.)"""
     earlier = (work / "mutants").exists()
     run = [str(MUTMUT), "run", "--max-children", str(jobs)]
     subprocess.run(run, cwd=work, env=env, check=True)
