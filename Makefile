@@ -77,5 +77,13 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.run $(BENCH_ARGS)
 	$(BENCH_VENV)/bin/python -m bench.report
 
+# Mutation testing of agent/ and run/ (docs/mutation-testing.md): slow, so not part
+# of `make test`. MUTATE_JOBS mutants at once; MUTATE picks the profiles.
+MUTATE_JOBS ?= 2
+MUTATE ?= agent run
+.PHONY: mutate
+mutate: $(STAMP)
+	$(BIN)/python -m tests.mutation --jobs $(MUTATE_JOBS) $(MUTATE)
+
 clean:
 	rm -rf $(VENV) $(LOCK_VENV) .hango build dist *.egg-info

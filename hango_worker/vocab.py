@@ -104,3 +104,4 @@ class ToolOutcome(StrEnum):
     BAD_RESULT = "bad_result"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
+    DENIED = "denied"  # a middleware refused it by policy (e.g. the allowlist)

@@ -235,3 +235,41 @@ def test_chain_partitions_once_and_rejects_duplicate_names() -> None:
         assert "appears twice" in str(e)
     else:
         raise AssertionError("duplicate middleware names must be rejected")
+
+
+def _sample(name: str, **labels: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+class Hook:
+    name = "probe_hook"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def before_run(self, state: State) -> None:
+        self.calls += 1
+
+
+async def test_before_run_hooks_run_once_under_spans_and_are_timed(spans: Any) -> None:
+    hook = Hook()
+    count = "hango_middleware_before_run_duration_seconds_count"
+    before = _sample(count, middleware="probe_hook")
+    await run_agent(
+        agent(),
+        scripted({"tool_calls": [call("calculator", expression="1")]}, {"text": "ok"}),
+        stack=[hook],
+    )
+    assert hook.calls == 1  # once per run attempt, not per turn
+    assert _sample(count, middleware="probe_hook") == before + 1
+    (child,) = spans.named("agent.before_run probe_hook")
+    assert child.attributes["hango.middleware.name"] == "probe_hook"
+    (parent,) = [s for s in spans.named("agent.before_run") if s.name == "agent.before_run"]
+    assert child.parent is not None and child.parent.span_id == parent.context.span_id
+
+
+async def test_a_chain_without_hooks_opens_no_before_run_span(spans: Any) -> None:
+    await run_agent(agent(), scripted({"text": "ok"}), stack=[])
+    assert spans.named("agent.before_run") == []

@@ -40,7 +40,34 @@ async def test_a_banned_tool_called_by_the_model_never_runs(spans: Any) -> None:
         "tool 'echo' is not allowed for this agent (allowed: calculator); it was not run"
     )
     (ev,) = spans.events("middleware.short_circuited")
-    assert ev.attributes["hango.middleware.name"] == "tool_allowlist"
+    assert dict(ev.attributes) == {
+        "hango.middleware.name": "tool_allowlist",
+        "hango.middleware.reason": "tool not in allowlist",
+        "gen_ai.tool.name": "echo",
+    }
+    (denied,) = spans.events("tool.denied")
+    assert dict(denied.attributes) == {
+        "hango.middleware.name": "tool_allowlist",
+        "hango.middleware.reason": "tool not in allowlist",
+    }
+
+
+@pytest.mark.parametrize(
+    ("tools", "listing"),
+    [([], "none"), (["current_time", "calculator"], "calculator, current_time")],
+)
+async def test_a_denial_lists_what_the_agent_may_call(tools: list[str], listing: str) -> None:
+    tool, _ = recording_tool()
+    _, state, _ = await run_agent(
+        agent(tools=tools),
+        scripted({"tool_calls": [call("echo", text="x")]}, {"text": "ok"}),
+        tools=[tool],
+    )
+    (r,) = results(state)
+    assert (
+        r.content
+        == f"tool 'echo' is not allowed for this agent (allowed: {listing}); it was not run"
+    )
 
 
 class ReAdder:
@@ -66,7 +93,64 @@ async def test_a_middleware_re_adding_a_banned_tool_is_defeated(spans: Any) -> N
     assert [t.name for t in provider.requests[0].tools] == ["calculator"]
     assert calls == []
     rewritten = spans.events("middleware.request_rewritten")
-    assert rewritten and "echo" in rewritten[0].attributes["hango.tools.removed"]
+    assert len(rewritten) == 2  # once per model call: the re-adder tries every turn
+    assert dict(rewritten[0].attributes) == {
+        "hango.middleware.name": "tool_allowlist",
+        "hango.middleware.reason": "tools not in allowlist removed",
+        "hango.tools.removed": ("echo",),
+    }
+
+
+async def test_dropping_an_unlisted_provided_tool_is_not_recorded_as_a_rewrite(
+    spans: Any,
+) -> None:
+    """write_todos is offered by the Todo middleware to every agent; an agent that does
+    not list it has opted out, so removing it is no rewrite of the agent's request."""
+    provider = CapturingProvider(
+        scripted({"tool_calls": [call("calculator", expression="1")]}, {"text": "ok"})
+    )
+    await run_agent(agent(tools=["calculator"]), provider)
+    assert [[t.name for t in r.tools] for r in provider.requests] == [["calculator"]] * 2
+    assert spans.events("middleware.request_rewritten") == []
+
+
+async def test_a_denied_call_is_an_expected_outcome_not_a_span_error(spans: Any) -> None:
+    from opentelemetry.trace import StatusCode
+    from prometheus_client import REGISTRY
+
+    def tool_calls(outcome: str) -> float:
+        # echo is not among this agent's tools, so its label is the bounded "_unknown"
+        labels = {"gen_ai_tool_name": "_unknown", "outcome": outcome}
+        return REGISTRY.get_sample_value("hango_tool_calls_total", labels) or 0.0
+
+    tool, calls = recording_tool()
+    denied0, error0 = tool_calls("denied"), tool_calls("error")
+    await run_agent(
+        agent(tools=["calculator"]),  # echo exists but is not allowed
+        scripted({"tool_calls": [call("echo", text="x")]}, {"text": "ok"}),
+        tools=[tool],
+    )
+    assert calls == []
+    (span,) = spans.named("execute_tool echo")
+    assert span.status.status_code == StatusCode.UNSET
+    assert "error.type" not in span.attributes
+    assert span.attributes["hango.tool.denied_by"] == "tool_allowlist"
+    (ev,) = [e for e in span.events if e.name == "tool.denied"]
+    assert ev.attributes["hango.middleware.name"] == "tool_allowlist"
+    assert (tool_calls("denied"), tool_calls("error")) == (denied0 + 1, error0)
+
+
+async def test_a_failing_allowed_tool_still_marks_its_span_as_an_error(spans: Any) -> None:
+    from opentelemetry.trace import StatusCode
+
+    await run_agent(
+        agent(tools=["calculator"]),
+        scripted({"tool_calls": [call("calculator", expression="1/0")]}, {"text": "ok"}),
+    )
+    (span,) = spans.named("execute_tool calculator")
+    assert span.status.status_code == StatusCode.ERROR
+    assert span.attributes["error.type"] == "tool_error"
+    assert "hango.tool.denied_by" not in span.attributes
 
 
 # -- todo ----------------------------------------------------------------------------------
@@ -87,7 +171,12 @@ async def test_write_todos_replaces_renders_and_never_enters_messages(spans: Any
     assert outcome.status == "succeeded"
     assert state.todos == [Todo(content="three", status="completed")]  # replaced, not merged
     plan_block = provider.requests[1].system[1].text
-    assert "1. [~] one" in plan_block and "2. [ ] two" in plan_block
+    assert plan_block == (
+        "Current todo list (maintained with write_todos; update it as you work):\n"
+        "1. [~] one\n"
+        "2. [ ] two"
+    )
+    assert provider.requests[2].system[1].text.endswith("\n1. [x] three")
     assert "three" in provider.requests[2].system[1].text
     assert "one" not in provider.requests[2].system[1].text
     confirmations = [r.content for r in results(state)]
@@ -97,8 +186,20 @@ async def test_write_todos_replaces_renders_and_never_enters_messages(spans: Any
             if isinstance(b, TextBlock | ToolResultBlock):
                 assert "[~] one" not in (b.text if isinstance(b, TextBlock) else b.content)
     counts = spans.events("agent.todos_updated")
-    assert [e.attributes["hango.todos.total"] for e in counts] == [2, 1]
-    assert counts[0].attributes["hango.todos.in_progress"] == 1
+    assert [dict(e.attributes) for e in counts] == [
+        {
+            "hango.todos.total": 2,
+            "hango.todos.pending": 1,
+            "hango.todos.in_progress": 1,
+            "hango.todos.completed": 0,
+        },
+        {
+            "hango.todos.total": 1,
+            "hango.todos.pending": 0,
+            "hango.todos.in_progress": 0,
+            "hango.todos.completed": 1,
+        },
+    ]
     assert all("one" not in str(dict(e.attributes)) for e in counts)  # never content
     turns = [
         s
@@ -106,6 +207,7 @@ async def test_write_todos_replaces_renders_and_never_enters_messages(spans: Any
         if "langfuse.observation.metadata.todos_total" in s.attributes
     ]
     assert turns and turns[-1].attributes["langfuse.observation.metadata.todos_completed"] == 1
+    assert turns[-1].attributes["langfuse.observation.metadata.todos_total"] == 1
 
 
 @pytest.mark.parametrize(
@@ -144,6 +246,11 @@ async def test_two_write_todos_in_one_response_are_both_rejected() -> None:
 
 def test_write_todos_description_carries_the_policy() -> None:
     from hango_worker.agent.mw_todo import DESCRIPTION
+    from hango_worker.agent.mw_todo import Todo as TodoMiddleware
+
+    st = make_state(agent())
+    (tool,) = TodoMiddleware().provide_tools(st)
+    assert (tool.name, tool.description, tool.idempotent) == (TOOL_NAME, DESCRIPTION, True)
 
     for phrase in (
         "REPLACES the whole list",
@@ -189,7 +296,17 @@ async def test_the_third_identical_call_is_blocked_and_not_executed(spans: Any) 
     )
     assert not rs[3].is_error  # different arguments are not blocked
     (ev,) = spans.events("middleware.repeat_call_blocked")
-    assert ev.attributes["gen_ai.tool.name"] == "echo"
+    assert dict(ev.attributes) == {
+        "hango.middleware.name": "repeat_call",
+        "hango.middleware.reason": "identical call",
+        "gen_ai.tool.name": "echo",
+        "hango.repeat.count": 3,
+    }
+    (short,) = spans.events("middleware.short_circuited")
+    assert dict(short.attributes) == {
+        "hango.middleware.name": "repeat_call",
+        "hango.middleware.reason": "repeated identical call",
+    }
 
 
 async def test_repeat_counts_survive_a_resume_through_state_json() -> None:
@@ -246,6 +363,26 @@ async def test_dangling_tool_use_is_repaired_before_the_first_model_call() -> No
     assert sent[2].content == [ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)]
     assert dangling_tool_uses(sent) == []
     assert io.messages[0].content[0] == ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)
+
+
+async def test_a_repair_is_recorded_on_its_before_run_span(spans: Any) -> None:
+    dangling = [
+        Message("user", [TextBlock("hi")]),
+        Message("assistant", [ToolUseBlock("toolu_a", "echo", {"text": "1"})]),
+    ]
+    tool, _ = recording_tool()
+    a = agent(tools=["echo"])
+    state = make_state(a, text=None, history=dangling)
+    await run_agent(
+        a, scripted({}, {"text": "ok"}), state=state, tools=[tool], info=RunInfo(persisted=2)
+    )
+    (hook,) = spans.named("agent.before_run repair_tool_calls")
+    (ev,) = [e for e in hook.events if e.name == "middleware.request_rewritten"]
+    assert dict(ev.attributes) == {
+        "hango.middleware.name": "repair_tool_calls",
+        "hango.middleware.reason": "dangling tool_use repaired",
+        "hango.repair.count": 1,
+    }
 
 
 def test_repair_fills_gaps_in_the_middle_of_history_in_place() -> None:
@@ -307,9 +444,43 @@ async def test_repeat_metric_labels_only_known_tools() -> None:
         return v or 0.0
 
     made_up = call("made_up_tool_x9", q=1)
-    before = blocked("_unknown")
+    before, calc_before = blocked("_unknown"), blocked("calculator")
+    same = call("calculator", expression="1")
+    await run_agent(
+        agent(tools=["calculator"]), scripted(*[{"tool_calls": [same]}] * 3, {"text": "ok"})
+    )
+    assert blocked("calculator") == calc_before + 1  # a known tool keeps its name
     await run_agent(
         agent(tools=["calculator"]), scripted(*[{"tool_calls": [made_up]}] * 3, {"text": "ok"})
     )
     assert blocked("_unknown") == before + 1
     assert blocked("made_up_tool_x9") == 0.0
+
+
+def _short_circuits(middleware: str) -> float:
+    from prometheus_client import REGISTRY
+
+    v = REGISTRY.get_sample_value(
+        "hango_middleware_tool_short_circuits_total", {"middleware": middleware}
+    )
+    return v or 0.0
+
+
+async def test_every_short_circuit_is_counted_by_the_middleware_that_made_it() -> None:
+    tool, calls = recording_tool()
+    same = call("echo", text="again")
+    allow0, repeat0 = _short_circuits("tool_allowlist"), _short_circuits("repeat_call")
+    await run_agent(
+        agent(tools=["echo"]),
+        scripted(
+            {"tool_calls": [call("calculator", expression="1")]},  # not allowed
+            {"tool_calls": [same]},
+            {"tool_calls": [same]},
+            {"tool_calls": [same]},  # third identical: blocked
+            {"text": "ok"},
+        ),
+        tools=[tool],
+    )
+    assert len(calls) == 2
+    assert _short_circuits("tool_allowlist") == allow0 + 1
+    assert _short_circuits("repeat_call") == repeat0 + 1

@@ -105,7 +105,11 @@ async def test_span_tree_events_and_genai_attributes_on_the_wire(
         for s in tools
     )
     blocked = [s for s in tools if s.status_code == "ERROR"]
-    assert [s.attributes["gen_ai.tool.name"] for s in blocked] == ["calculator", "echo"]
+    assert [s.attributes["gen_ai.tool.name"] for s in blocked] == ["echo"]  # repeat-blocked
+    # a call the allowlist denies is an expected outcome: recorded, not an error
+    (denied,) = [s for s in tools if s.attributes.get("hango.tool.denied_by")]
+    assert denied.attributes["gen_ai.tool.name"] == "calculator"
+    assert denied.status_code == "UNSET" and denied.event("tool.denied")
     events = {e.name: e for t in turns for e in t.events}
     assert events["agent.todos_updated"].attributes["hango.todos.in_progress"] == 1
     assert events["middleware.repeat_call_blocked"].attributes["gen_ai.tool.name"] == "echo"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import asyncpg
+
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.testing.memory import run_agent
-from tests.helpers import agent, recording_tool, scripted
+from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
+from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
 
 
 def test_default_stack_order_is_pinned() -> None:
@@ -50,3 +55,64 @@ async def test_empty_allowlist_offers_no_tool() -> None:
     provider = CapturingProvider(scripted({"text": "ok"}))
     await run_agent(agent(tools=[]), provider)
     assert provider.requests[0].tools == []
+
+
+def _repeats(n: int) -> list[dict[str, Any]]:
+    return [{"tool_calls": [call("echo", text="same")]}] * n + [{"text": "ok"}]
+
+
+async def test_the_stack_config_threshold_reaches_the_repeat_middleware() -> None:
+    echo, calls = recording_tool()
+    stack = default_stack(StackConfig(allowlist=("echo",), repeat_call_threshold=5))
+    await run_agent(agent(tools=["echo"]), scripted(*_repeats(5)), tools=[echo], stack=stack)
+    assert len(calls) == 4  # the fifth identical call is the first one blocked
+
+
+async def test_the_worker_reads_the_repeat_threshold_from_the_environment(
+    pool: asyncpg.Pool, dsn: str, monkeypatch: Any
+) -> None:
+    """HANGO_REPEAT_CALL_THRESHOLD → Settings → the stack each run is built with; an
+    agent's own repeat_call_threshold still wins."""
+    monkeypatch.setenv("HANGO_REPEAT_CALL_THRESHOLD", "4")
+    echo, calls = recording_tool()
+    await make_agent(pool, name="from_env", tools=["echo"])
+    await make_agent(pool, name="own", tools=["echo"], config={"repeat_call_threshold": 2})
+    first = await enqueue(pool, agent="from_env")
+    await run_until_idle(dsn, scripted(*_repeats(4)), tools=[echo])
+    assert (await details(pool, first))["status"] == "succeeded"
+    assert len(calls) == 3  # the default (3) would have let only two through
+    calls.clear()
+    second = await enqueue(pool, agent="own")
+    await run_until_idle(dsn, scripted(*_repeats(4)), tools=[echo])
+    assert (await details(pool, second))["status"] == "succeeded"
+    assert len(calls) == 1
+
+
+async def test_the_worker_builds_each_runs_loop_from_its_settings(
+    pool: asyncpg.Pool, dsn: str, spans: Any
+) -> None:
+    """max_turns, model retries and content capture come from the worker's settings
+    (HANGO_MAX_TURNS, HANGO_MODEL_RETRIES, HANGO_CAPTURE_CONTENT) when the agent sets none."""
+    await make_agent(pool, name="plain", tools=["calculator"])
+    looping = [{"tool_calls": [call("calculator", expression="1+1")]}] * 3 + [{"text": "ok"}]
+    first = await enqueue(pool, agent="plain")
+    await run_until_idle(dsn, scripted(*looping), max_turns=2)
+    run = await details(pool, first)
+    assert run["status"] == "failed"
+    assert run["error"] == {
+        "type": "max_turns",
+        "message": "the run reached max_turns (2) without a final answer",
+    }
+    busy = {"type": "overloaded_error", "message": "busy", "retryable": True, "times": 2}
+    flaky = scripted({"text": "ok", "error": busy})
+    second = await enqueue(pool, agent="plain")
+    await run_until_idle(dsn, flaky, model_retries=1)
+    run = await details(pool, second)
+    assert run["status"] == "failed" and run["error"]["type"] == "overloaded_error"
+    assert flaky.calls == 2  # the first call and one retry
+    third = await enqueue(pool, agent="plain")
+    await run_until_idle(dsn, scripted({"text": "CAPTURED-7e1"}), capture_content=True)
+    assert (await details(pool, third))["status"] == "succeeded"
+    chat = spans.named("chat ")[-1]
+    assert "CAPTURED-7e1" in chat.attributes["gen_ai.output.messages"]
+    assert chat.attributes["gen_ai.provider.name"] == "scripted"

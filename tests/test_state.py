@@ -97,3 +97,27 @@ async def _a_run(pool: asyncpg.Pool) -> str:
     )
     ids = await repo.enqueue(pool, tenant_id=tenant, agent="a", input_text="hi")
     return ids["run_id"]
+
+
+@pytest.mark.parametrize("raw", [None, {}, {"version": 1}])
+def test_a_first_run_has_no_state_json_and_starts_empty(raw: Any) -> None:
+    from hango_worker.provider.types import Message, TextBlock
+
+    history = [Message("user", [TextBlock("hi")])]
+    st = load_state(raw, **IDS, messages=history)
+    assert (st.run_id, st.session_id, st.agent_id, st.tenant_id) == ("r", "s", "a", "t")
+    assert (st.todos, st.private, st.scratch) == ([], {}, {})
+    assert st.messages == history and st.messages is not history  # the run's own list
+    assert dump_state(st) == {"version": 1, "todos": [], "private": {}}
+
+
+def test_state_json_errors_name_the_exact_problem() -> None:
+    cases = {
+        "state_json must be a JSON object, got list": [],
+        "state_json.todos must be a list": {"todos": "x"},
+        "state_json.private must be an object keyed by middleware name": {"private": []},
+    }
+    for message, raw in cases.items():
+        with pytest.raises(StateError) as e:
+            load_state(raw, **IDS)
+        assert str(e.value) == message

@@ -284,7 +284,8 @@ class AgentLoop:
             )
             if result.outcome in ("timeout", "cancelled"):
                 limit = tool.limit_s if tool is not None else 0.0
-                span.add_event(f"tool.{result.outcome}", {"hango.tool.timeout_s": limit})
+                event = "tool.timeout" if result.outcome == "timeout" else "tool.cancelled"
+                span.add_event(event, {"hango.tool.timeout_s": limit})
             record_sanitized("tool_result", result.sanitized, span)
             genai.end_tool_span(
                 span,

@@ -12,6 +12,7 @@ from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
+from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
@@ -48,5 +49,6 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # rewrite; it sees a call before the allowlist does, so it must skip banned tools.
         None,
         # ToolAllowlist: last = innermost, so no middleware can re-add a banned tool.
-        ToolAllowlist(cfg.allowlist),
+        # (`provided`: tools this stack offers every agent; unlisted ones are dropped quietly.)
+        ToolAllowlist(cfg.allowlist, provided=(TODO_TOOL,)),
     ]

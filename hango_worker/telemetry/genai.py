@@ -16,7 +16,13 @@ from typing import Any
 from opentelemetry.trace import Span, SpanKind
 
 from hango_worker.telemetry import metrics
-from hango_worker.telemetry.tracing import current_turn_span, mark_error, tracer
+from hango_worker.telemetry.tracing import (
+    current_tool_call,
+    current_turn_span,
+    mark_error,
+    tool_call_scope,
+    tracer,
+)
 
 OP = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
@@ -136,16 +142,26 @@ def tool_span(call: Any, tool: Any, capture_content: bool) -> Iterator[Span]:
         attrs["gen_ai.tool.description"] = tool.description[:200]
     if capture_content:
         attrs["gen_ai.tool.call.arguments"] = json.dumps(call.input)
-    with tracer().start_as_current_span(
-        f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attrs
-    ) as span:
+    with (
+        tracer().start_as_current_span(
+            f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attrs
+        ) as span,
+        tool_call_scope(span),
+    ):
         yield span
 
 
 def end_tool_span(span: Span, name: str, result: Any, capture_content: bool) -> None:
+    """Outcome `denied` when a middleware refused the call by policy (expected, so the
+    span status stays unset), else the result's own outcome (`vocab.ToolOutcome`); an
+    error result marks the span as an error."""
     if capture_content:
         span.set_attribute("gen_ai.tool.call.result", result.content)
-    if result.is_error:
-        mark_error(span, "tool_error")
-    outcome = getattr(result, "outcome_label", None) or ("error" if result.is_error else "ok")
+    note = current_tool_call()
+    if note is not None and note.denied_by is not None:
+        outcome = "denied"
+    else:
+        if result.is_error:
+            mark_error(span, "tool_error")
+        outcome = getattr(result, "outcome_label", None) or ("error" if result.is_error else "ok")
     metrics.TOOL_CALLS.labels(name, outcome).inc()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
@@ -18,6 +19,17 @@ TRACER_NAME = "hango_worker"
 MW_NAME = "hango.middleware.name"
 
 _turn_span: ContextVar[Span | None] = ContextVar("hango_turn_span", default=None)
+
+
+@dataclass(slots=True)
+class ToolCallNote:
+    """What happened to the tool call in flight, as middlewares report it."""
+
+    span: Span
+    denied_by: str | None = None
+
+
+_tool_call: ContextVar[ToolCallNote | None] = ContextVar("hango_tool_call", default=None)
 
 
 def tracer() -> trace.Tracer:
@@ -46,6 +58,39 @@ def middleware_event(event: str, middleware: str, reason: str = "", **attrs: Any
         attributes["hango.middleware.reason"] = reason
     attributes.update(attrs)
     current_turn_span().add_event(event, attributes)
+
+
+@contextmanager
+def tool_call_scope(span: Span) -> Iterator[ToolCallNote]:
+    """Around one `execute_tool` span: lets a middleware deep in the onion report
+    on the call (`deny_tool_call`). The note is shared, not copied, so a report
+    made in a child task still reaches the span's owner."""
+    note = ToolCallNote(span)
+    token = _tool_call.set(note)
+    try:
+        yield note
+    finally:
+        _tool_call.reset(token)
+
+
+def current_tool_call() -> ToolCallNote | None:
+    return _tool_call.get()
+
+
+def deny_tool_call(middleware: str, reason: str, **attrs: Any) -> None:
+    """A middleware refused the tool call in flight by policy (it never ran).
+
+    That is an expected, recorded outcome, not a failure: the `execute_tool` span
+    gets `hango.tool.denied_by` and a `tool.denied` event, and its status is left
+    unset, so denials do not fill error views. Outside a tool span it is a no-op."""
+    note = _tool_call.get()
+    if note is None:
+        return
+    note.denied_by = middleware
+    attributes: dict[str, Any] = {MW_NAME: middleware, "hango.middleware.reason": reason}
+    attributes.update(attrs)
+    note.span.set_attribute("hango.tool.denied_by", middleware)
+    note.span.add_event("tool.denied", attributes)
 
 
 def state_missing(middleware: str) -> None:

@@ -1,0 +1,173 @@
+"""`make mutate`: mutation testing of hango_worker/agent and hango_worker/run (mutmut).
+
+    python -m tests.mutation [--jobs N] [agent] [run]
+
+Each profile mutates one package and judges every mutant by the tests that are
+fast enough to run once per mutant (mutmut runs only the tests that executed
+the mutated function, stopping at the first failure):
+
+- ``agent``: the whole package, by the in-memory tests (no database);
+- ``run``: ``execute.py`` (load a claimed run, build its stack, drive the loop),
+  by ``tests/test_worker.py`` and ``tests/test_stack.py`` against one embedded
+  Postgres started here and shared by every mutant. Each of its mutants costs a
+  few seconds of worker tests, so the rest of run/ (io.py, worker.py,
+  listener.py, stream.py: about 900 more mutants) is left out to keep a full run
+  under about 40 minutes on two cores.
+
+Each profile works in its own copy under ``.mutants/<profile>/`` with its own
+``[tool.mutmut]`` section, so a rerun re-tests only what changed. The score is
+killed (or timed out) / mutants tested, per profile. See docs/mutation-testing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".mutants"
+MUTMUT = Path(sys.executable).parent / "mutmut"
+
+
+@dataclass(frozen=True)
+class Profile:
+    only_mutate: tuple[str, ...]
+    tests: tuple[str, ...]
+    database: bool = False
+
+
+PROFILES = {
+    "agent": Profile(
+        only_mutate=("hango_worker/agent/*",),
+        tests=(
+            "tests/test_loop.py",
+            "tests/test_chain.py",
+            "tests/test_middlewares.py",
+            "tests/test_state.py",
+            "tests/test_stack.py",
+        ),
+    ),
+    "run": Profile(
+        only_mutate=("hango_worker/run/execute.py",),
+        tests=("tests/test_worker.py", "tests/test_stack.py"),
+        database=True,
+    ),
+}
+
+
+def _toml_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+
+def prepare(name: str, profile: Profile) -> Path:
+    """Refresh the profile's copy of the sources; keep its mutmut state (mutants/)."""
+    work = WORK / name
+    work.mkdir(parents=True, exist_ok=True)
+    for folder in ("hango_worker", "tests"):
+        shutil.rmtree(work / folder, ignore_errors=True)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(ROOT / folder, work / folder, ignore=ignore)  # copy2 keeps mtimes
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    text = re.sub(r"(?ms)^\[tool\.mutmut\]\n.*?(?=^\[)", "", text)
+    text += (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["hango_worker/"]\n'
+        f"only_mutate = {_toml_list(profile.only_mutate)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
+        # a mutant that hangs the worker is a kill; give up on it after ~5x its tests' time
+        "timeout_multiplier = 5.0\n"
+        f"pytest_add_cli_args_test_selection = {_toml_list(profile.tests)}\n"
+    )
+    (work / "pyproject.toml").write_text(text, encoding="utf-8")
+    return work
+
+
+@contextmanager
+def database(wanted: bool) -> Iterator[dict[str, str]]:
+    """One embedded Postgres for every mutant of the profile (not one per mutant)."""
+    env = {k: v for k, v in os.environ.items() if k != "HANGO_DATABASE_URL"}
+    if not wanted:
+        yield env
+        return
+    from hango_worker.store import embedded
+
+    root = tempfile.mkdtemp(prefix="hango-mutate-")
+    server, dsn = embedded.start(root)
+    try:
+        yield {**env, "HANGO_DATABASE_URL": dsn}
+    finally:
+        embedded.stop(server)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def results(work: Path) -> dict[str, str]:
+    """Mutant name → mutmut's verdict (killed, survived, no tests, timeout, …)."""
+    out = subprocess.run(
+        [str(MUTMUT), "results", "--all", "true"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pairs = (line.strip().rsplit(": ", 1) for line in out.splitlines() if "__mutmut_" in line)
+    return {name: verdict for name, verdict in pairs}
+
+
+def mutate(work: Path, env: dict[str, str], jobs: int) -> None:
+    """mutmut re-tests new and changed functions only and keeps every other verdict;
+    a survivor of an earlier run is re-tested too, since tests may have been added.
+    (Which tests run which function is learnt again only for new tests: after
+    changing existing ones, delete .mutants/<profile> for an exact score.)"""
+    earlier = (work / "mutants").exists()
+    run = [str(MUTMUT), "run", "--max-children", str(jobs)]
+    subprocess.run(run, cwd=work, env=env, check=True)
+    if earlier:
+        alive = [n for n, v in results(work).items() if v in ("survived", "no tests")]
+        if alive:
+            subprocess.run([*run, *alive], cwd=work, env=env, check=True)
+
+
+def summarize(name: str, work: Path) -> str:
+    status = Counter(results(work).values())
+    total = sum(n for k, n in status.items() if k not in ("not checked", "skipped"))
+    killed = status["killed"] + status["timeout"]
+    score = 100.0 * killed / total if total else 0.0
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(status.items()))
+    partial = " — INCOMPLETE: run again to finish" if status["not checked"] else ""
+    return f"{name}: score {score:.1f}% ({killed}/{total} killed; {counts}){partial}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__)
+    p.add_argument("profiles", nargs="*", help=f"any of {', '.join(PROFILES)} (default: all)")
+    p.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    args = p.parse_args(argv)
+    unknown = [n for n in args.profiles if n not in PROFILES]
+    if unknown or args.jobs < 1:
+        p.error(
+            f"unknown profile {unknown} (known: {', '.join(PROFILES)})" if unknown else "--jobs"
+        )
+    lines = []
+    for name in args.profiles or list(PROFILES):
+        profile = PROFILES[name]
+        work = prepare(name, profile)
+        with database(profile.database) as env:
+            mutate(work, env, args.jobs)
+        subprocess.run([str(MUTMUT), "results"], cwd=work, check=True)  # the survivors
+        lines.append(summarize(name, work))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
