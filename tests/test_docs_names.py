@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-import hango_worker.telemetry.metrics  # noqa: F401  (registers every metric)
+import hango_worker.telemetry.metrics  # registers every metric
 import hango_worker.telemetry.metrics_server  # noqa: F401  (and the endpoint's own)
 from hango_worker.store import sql
 
