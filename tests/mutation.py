@@ -6,7 +6,8 @@ Each profile mutates one package and judges every mutant by the tests that are
 fast enough to run once per mutant (mutmut runs only the tests that executed
 the mutated function, stopping at the first failure):
 
-- ``agent``: the whole package, by the in-memory tests (no database);
+- ``agent``: the whole package, by the in-memory tests (and the few worker
+  tests among them, on the shared Postgres below);
 - ``run``: ``execute.py`` (load a claimed run, build its stack, drive the loop),
   by ``tests/test_worker.py`` and ``tests/test_stack.py`` against one embedded
   Postgres started here and shared by every mutant. Each of its mutants costs a
@@ -56,6 +57,9 @@ PROFILES = {
             "tests/test_state.py",
             "tests/test_stack.py",
         ),
+        # a few of these tests use Postgres: one shared server, never one per mutant
+        # (a mutant stopped at its time limit would leave its own server running)
+        database=True,
     ),
     "run": Profile(
         only_mutate=("hango_worker/run/execute.py",),
@@ -94,7 +98,8 @@ def prepare(name: str, profile: Profile) -> Path:
 
 @contextmanager
 def database(wanted: bool) -> Iterator[dict[str, str]]:
-    """One embedded Postgres for every mutant of the profile (not one per mutant)."""
+    """One embedded Postgres for every mutant of the profile, stopped here at the
+    end; the tests' own per-test databases live in it (not a server per mutant)."""
     env = {k: v for k, v in os.environ.items() if k != "HANGO_DATABASE_URL"}
     if not wanted:
         yield env
