@@ -86,4 +86,4 @@ mutate: $(STAMP)
 	$(BIN)/python -m tests.mutation --jobs $(MUTATE_JOBS) $(MUTATE)
 
 clean:
-	rm -rf $(VENV) $(LOCK_VENV) .hango build dist *.egg-info
+	rm -rf $(VENV) $(LOCK_VENV) .hango .mutants build dist *.egg-info

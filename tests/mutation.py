@@ -63,7 +63,7 @@ PROFILES = {
     ),
     "run": Profile(
         only_mutate=("hango_worker/run/execute.py",),
-        tests=("tests/test_worker.py", "tests/test_stack.py"),
+        tests=("tests/test_worker.py", "tests/test_stack.py", "tests/test_poison.py"),
         database=True,
     ),
 }
