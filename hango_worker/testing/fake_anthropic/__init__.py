@@ -65,10 +65,12 @@ its TTL: 5 min, or 1 h with ``"ttl": "1h"``) is read
 prefixes shorter than ``min_cacheable_tokens`` (default 1024, like the real
 models) are not cached.
 
-**CLI.** ``hango-fake-anthropic --port P --script FILE`` (or
-``python -m hango_worker.testing.fake_anthropic``) serves a script file until SIGINT/SIGTERM: `serve_forever(port, script_path)` (blocking, its own
-loop) or `serve_script(...)` (a coroutine, on the running loop); `main(argv)` is
-the whole command, also as ``python -m hango_worker.testing.fake_anthropic``.
+**CLI.** ``hango-fake-anthropic --port P --script FILE`` (also
+``python -m hango_worker.testing.fake_anthropic``; not a subcommand of the
+production CLI) serves a script file until SIGINT/SIGTERM:
+`serve_forever(port, script_path)` (blocking, its own loop) or
+`serve_script(...)` (a coroutine, on the running loop); `main(argv)` is the
+whole command.
 
 **Modules:** `script` (turns, faults, `RecordedRequest`), `validate`, `cache`,
 `sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
