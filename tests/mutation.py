@@ -77,7 +77,7 @@ def prepare(name: str, profile: Profile) -> Path:
     """Refresh the profile's copy of the sources; keep its mutmut state (mutants/)."""
     work = WORK / name
     work.mkdir(parents=True, exist_ok=True)
-    for folder in ("hango_worker", "tests"):
+    for folder in ("hango_worker", "tests", "alembic"):
         shutil.rmtree(work / folder, ignore_errors=True)
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         shutil.copytree(ROOT / folder, work / folder, ignore=ignore)  # copy2 keeps mtimes
@@ -86,6 +86,8 @@ def prepare(name: str, profile: Profile) -> Path:
     text += (
         "\n[tool.mutmut]\n"
         'source_paths = ["hango_worker/"]\n'
+        # the migrations live beside the package (alembic/), not in it
+        'also_copy = ["alembic/"]\n'
         f"only_mutate = {_toml_list(profile.only_mutate)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider"]\n'
         # a mutant that hangs the worker is a kill; give up on it after ~5x its tests' time
