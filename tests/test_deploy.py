@@ -1101,3 +1101,21 @@ def test_the_installed_image_venv_migrates_and_finishes_a_run(
     shown = json.loads(run("runs", "show", run_id, "--json"))
     assert shown["status"] == "succeeded"
     assert "31,622,400" in shown["transcript"][-1]["content"][0]["text"]
+
+
+def test_compose_says_what_to_set_without_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compose stack with no ANTHROPIC_API_KEY: its workers refuse to start (they do not
+    quietly run a scripted model), and the file says exactly what to set instead."""
+    from hango_worker.config import ConfigError, load_settings
+    from hango_worker.run.providers import make_provider
+
+    env = compose_env("worker")
+    assert env["HANGO_MODEL_PROVIDER"].startswith("${HANGO_MODEL_PROVIDER:-auto}")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+    monkeypatch.setenv("HANGO_MODEL_PROVIDER", "auto")
+    with pytest.raises(ConfigError, match="HANGO_MODEL_PROVIDER=scripted"):
+        make_provider(load_settings())
+    text = COMPOSE.read_text(encoding="utf-8")
+    assert "export HANGO_MODEL_PROVIDER=scripted" in text
+    assert "then the scripted model runs" not in text
