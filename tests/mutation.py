@@ -6,10 +6,11 @@ Each profile mutates one package and judges every mutant by the tests that are
 fast enough to run once per mutant (mutmut runs only the tests that executed
 the mutated function, stopping at the first failure):
 
-- ``agent``: the whole package, by the in-memory tests (and the few worker
-  tests among them, on the shared Postgres below);
+- ``agent``: the whole package, by the in-memory tests and the tool-safety
+  tests (and the few worker tests among them, on the shared Postgres below);
 - ``run``: ``execute.py`` (load a claimed run, build its stack, drive the loop),
-  by ``tests/test_worker.py`` and ``tests/test_stack.py`` against one embedded
+  by ``tests/test_worker.py``, ``tests/test_stack.py`` and ``tests/test_poison.py``
+  (the load paths for malformed rows) against one embedded
   Postgres started here and shared by every mutant. Each of its mutants costs a
   few seconds of worker tests, so the rest of run/ (io.py, worker.py,
   listener.py, stream.py: about 900 more mutants) is left out to keep a full run
@@ -56,6 +57,7 @@ PROFILES = {
             "tests/test_middlewares.py",
             "tests/test_state.py",
             "tests/test_stack.py",
+            "tests/test_tool_safety.py",
         ),
         # a few of these tests use Postgres: one shared server, never one per mutant
         # (a mutant stopped at its time limit would leave its own server running)
