@@ -62,24 +62,6 @@ class ErrorType(StrEnum):
     SCRIPT_EXHAUSTED = "script_exhausted"
 
 
-MODEL_ERROR_TYPES = frozenset(
-    {
-        ErrorType.INVALID_REQUEST_ERROR,
-        ErrorType.AUTHENTICATION_ERROR,
-        ErrorType.PERMISSION_ERROR,
-        ErrorType.NOT_FOUND_ERROR,
-        ErrorType.REQUEST_TOO_LARGE,
-        ErrorType.BILLING_ERROR,
-        ErrorType.RATE_LIMIT_ERROR,
-        ErrorType.API_ERROR,
-        ErrorType.OVERLOADED_ERROR,
-        ErrorType.API_CONNECTION_ERROR,
-        ErrorType.API_TIMEOUT_ERROR,
-        ErrorType.MALFORMED_STREAM,
-        ErrorType.SCRIPT_EXHAUSTED,
-    }
-)
-RUN_ERROR_TYPES = frozenset(ErrorType) - MODEL_ERROR_TYPES
 # Model errors that say the request itself is wrong: retrying cannot help, even when
 # they arrive as an `error` event mid-stream.
 FATAL_MODEL_ERROR_TYPES = frozenset(
@@ -92,6 +74,16 @@ FATAL_MODEL_ERROR_TYPES = frozenset(
         ErrorType.BILLING_ERROR,
     }
 )
+MODEL_ERROR_TYPES = FATAL_MODEL_ERROR_TYPES | {
+    ErrorType.RATE_LIMIT_ERROR,
+    ErrorType.API_ERROR,
+    ErrorType.OVERLOADED_ERROR,
+    ErrorType.API_CONNECTION_ERROR,
+    ErrorType.API_TIMEOUT_ERROR,
+    ErrorType.MALFORMED_STREAM,
+    ErrorType.SCRIPT_EXHAUSTED,
+}
+RUN_ERROR_TYPES = frozenset(ErrorType) - MODEL_ERROR_TYPES
 
 
 class ToolOutcome(StrEnum):

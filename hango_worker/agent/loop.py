@@ -12,16 +12,13 @@ state_json + events), plus one small fenced commit per completed tool call
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import random
-import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.trace import Link, SpanKind
 
+from hango_worker.agent.calls import ModelCaller, RunCancelled, until_cancelled
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallRequest
 from hango_worker.agent.ports import Event, Outcome, RunIO
@@ -41,12 +38,8 @@ from hango_worker.provider.types import (
 from hango_worker.telemetry import genai
 from hango_worker.telemetry.tracing import mark_error, tracer, turn_span
 from hango_worker.tool.registry import View
-from hango_worker.tool.types import Tool, ToolContext, ToolResult, stop_task
+from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from hango_worker.vocab import ErrorType
-
-
-class RunCancelled(Exception):
-    pass
 
 
 @dataclass(slots=True)
@@ -96,6 +89,16 @@ class AgentLoop:
         self._tools: dict[str, Tool] = {}
         self._usage = Usage()
         self._watermark = 0
+        st = self.settings
+        self._model = ModelCaller(
+            provider,
+            io.cancel_event,
+            st.model_retries,
+            st.retry_base_s,
+            st.retry_cap_s,
+            st.provider_name,
+            st.capture_content,
+        )
         # bound once, so the chain composes its onion once per run, not per call
         self._base_model_handler = self._base_model
         self._base_tool_handler = self._base_tool
@@ -295,26 +298,17 @@ class AgentLoop:
             )
         return result
 
-    async def _tool_or_cancel(self, call: Coroutine[Any, Any, ToolResult]) -> ToolResult:
+    async def _tool_or_cancel(self, call: Awaitable[ToolResult]) -> ToolResult:
         """Run one tool call (through the chain), but stop it as soon as the run is
         cancelled: the call is then answered as interrupted, its outcome unknown."""
-        task = asyncio.ensure_future(call)
-        waiter = asyncio.ensure_future(self.io.cancel_event.wait())
         try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            await stop_task(task)
-            raise
-        finally:
-            waiter.cancel()
-        if task.done():
-            return task.result()
-        await stop_task(task)
-        return ToolResult.error(
-            "interrupted: the run was cancelled while this tool was running; "
-            "its outcome is unknown",
-            "cancelled",
-        )
+            return await until_cancelled(call, self.io.cancel_event)
+        except RunCancelled:
+            return ToolResult.error(
+                "interrupted: the run was cancelled while this tool was running; "
+                "its outcome is unknown",
+                "cancelled",
+            )
 
     # -- the two base handlers -----------------------------------------------------------
 
@@ -333,7 +327,7 @@ class AgentLoop:
             temperature=request.temperature,
             thinking=request.thinking,
         )
-        return await self._call_with_retries(request, req.on_text)
+        return await self._model.call(request, req.on_text)
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:
         tool = self._tools.get(req.call.name)
@@ -341,66 +335,6 @@ class AgentLoop:
             known = ", ".join(self._tools) or "none"
             return ToolResult.error(f"unknown tool '{req.call.name}' (available: {known})")
         return await tool.invoke(req.call.input, req.context)
-
-    # -- provider calls: retries and cancellation ------------------------------------------
-
-    async def _call_with_retries(self, request: Request, on_text: TextSink | None) -> ModelResponse:
-        attempt = 0
-        while True:
-            try:
-                return await self._call_once(request, on_text)
-            except ModelError as e:
-                attempt += 1
-                if not e.retryable or attempt > self.settings.model_retries:
-                    genai.record_model_failure(e)
-                    raise
-                delay = min(
-                    self.settings.retry_cap_s, self.settings.retry_base_s * 2 ** (attempt - 1)
-                )
-                delay = (
-                    e.retry_after_s
-                    if e.retry_after_s is not None
-                    else delay * random.uniform(0.5, 1.0)
-                )
-                genai.record_retry(e, attempt, delay)
-                await self._sleep_or_cancel(delay)
-
-    async def _call_once(self, request: Request, on_text: TextSink | None) -> ModelResponse:
-        with genai.chat_span(request, self.settings.provider_name) as span:
-            started = time.perf_counter()
-            try:
-                resp: ModelResponse = await self._race_cancel(
-                    self.provider.complete(request, on_text)
-                )
-            except ModelError as e:
-                genai.end_chat_span_error(span, request, self.settings.provider_name, e, started)
-                raise
-            genai.end_chat_span(span, request, resp, self.settings.provider_name, started)
-            if self.settings.capture_content:
-                genai.capture_chat_content(span, request, resp)
-            return resp
-
-    async def _race_cancel(self, coro: Any) -> ModelResponse:
-        """Run a model call, but stop it as soon as the run is cancelled."""
-        task = asyncio.ensure_future(coro)
-        waiter = asyncio.ensure_future(self.io.cancel_event.wait())
-        try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiter.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            raise RunCancelled()
-        result: ModelResponse = task.result()
-        return result
-
-    async def _sleep_or_cancel(self, delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.io.cancel_event.wait(), timeout=delay)
-        if self.io.cancel_event.is_set():
-            raise RunCancelled()
 
     # -- resume ----------------------------------------------------------------------------
 
