@@ -52,10 +52,26 @@ async def test_upgrade_head_matches_metadata(empty_dsn: str) -> None:
     assert await _diff(empty_dsn) == []
 
 
-async def test_one_downgrade_step_drops_queue_columns_and_upgrade_restores_them(
+async def _tables(dsn: str) -> set[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        )
+        return {r["table_name"] for r in rows}
+    finally:
+        await conn.close()
+
+
+async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restores_them(
     empty_dsn: str,
 ) -> None:
     await migrate.upgrade(empty_dsn, "head")
+    assert "limit_reached" in await _columns(empty_dsn, "runs")
+    assert "run_files" in await _tables(empty_dsn)
+    await migrate.downgrade(empty_dsn, "-1")  # 0004 → 0003
+    assert "limit_reached" not in await _columns(empty_dsn, "runs")
+    assert "run_files" not in await _tables(empty_dsn)
     assert {"queued_at", "idempotency_key"} <= await _columns(empty_dsn, "runs")
     assert "message_seq" in await _columns(empty_dsn, "tool_calls")
     await migrate.downgrade(empty_dsn, "-1")

@@ -93,6 +93,8 @@ runs = Table(
     Column("idempotency_key", Text),
     Column("started_at", DateTime(timezone=True)),
     Column("finished_at", DateTime(timezone=True)),
+    # which limit ended the run with a wind-up answer (e.g. 'max_turns'); NULL otherwise
+    Column("limit_reached", Text),
     CheckConstraint(
         "status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + ")",
         name="runs_status_check",
@@ -154,4 +156,21 @@ run_events = Table(
     Column("worker_id", Text),
     Column("attempt", Integer),
     _now(),
+)
+
+# Files of a run (docs/design.md §12): tool results offloaded by the Filesystem
+# middleware and files the agent writes, each written inside the fenced commit of
+# the tool result that produced it; removed with the run.
+run_files = Table(
+    "run_files",
+    metadata,
+    Column(
+        "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("path", Text, primary_key=True),
+    Column("content", Text, nullable=False),
+    Column("size", Integer, nullable=False),  # bytes of content in UTF-8
+    Column("tool_use_id", Text),  # the call whose result (or write) produced it
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
