@@ -89,6 +89,12 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
     p.line(
         f"session {run['session_id']}  created {run['created_at']}  finished {run['finished_at']}"
     )
+    if run.get("limit_reached"):
+        p.line(
+            p(f"limit: {safe(run['limit_reached'])} (the run ended with a wind-up answer)", YELLOW)
+            if status == "succeeded"
+            else p(f"limit: {safe(run['limit_reached'])}", RED)
+        )
     if run.get("usage"):
         p.line(p(f"usage {json.dumps(run['usage'])}", DIM))
     if run.get("error"):

@@ -97,3 +97,12 @@ class ToolOutcome(StrEnum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     DENIED = "denied"  # a middleware refused it by policy (e.g. the allowlist)
+
+
+class RunLimit(StrEnum):
+    """A limit that ends a run early (`runs.limit_reached`, `hango_run_limits_total{limit}`).
+
+    Reaching one ends the run with a wind-up answer, or fails it with the error type
+    of the same name (agent config `on_limit`)."""
+
+    MAX_TURNS = "max_turns"

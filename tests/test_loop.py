@@ -130,13 +130,14 @@ async def test_a_tool_that_raises_becomes_an_error_result(stack: Any) -> None:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-async def test_max_turns_fails_the_run_clearly(stack: Any) -> None:
+async def test_max_turns_with_on_limit_fail_fails_the_run_clearly(stack: Any) -> None:
     tool, calls = recording_tool()
     turns = [{"tool_calls": [call("echo", text=f"step {i}")]} for i in range(10)]
+    provider = scripted(*turns)
     outcome, _state, io = await run_agent(
-        agent(tools=["echo"]), scripted(*turns), tools=[tool], stack=stack, max_turns=3
+        agent(tools=["echo"], on_limit="fail"), provider, tools=[tool], stack=stack, max_turns=3
     )
-    assert outcome.status == "failed"
+    assert (outcome.status, outcome.limit, provider.calls) == ("failed", "max_turns", 3)
     assert outcome.error == {
         "type": "max_turns",
         "message": "the run reached max_turns (3) without a final answer",
@@ -413,7 +414,7 @@ async def test_the_invoke_agent_span_names_the_run_and_marks_failures(spans: Any
     info = RunInfo(persisted=0, attempt=2, span_attributes={"hango.run.attempt": 2})
     await run_agent(agent(), scripted({"text": "ok"}), info=info)
     tools = [{"tool_calls": [call("calculator", expression=f"{i}")]} for i in range(5)]
-    await run_agent(agent(), scripted(*tools), max_turns=2)
+    await run_agent(agent(on_limit="fail"), scripted(*tools), max_turns=2)
     ok, failed = spans.named("invoke_agent tester")
     a = ok.attributes
     assert (a["gen_ai.operation.name"], a["gen_ai.agent.name"]) == ("invoke_agent", "tester")

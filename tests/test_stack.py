@@ -93,7 +93,7 @@ async def test_the_worker_builds_each_runs_loop_from_its_settings(
 ) -> None:
     """max_turns, model retries and content capture come from the worker's settings
     (HANGO_MAX_TURNS, HANGO_MODEL_RETRIES, HANGO_CAPTURE_CONTENT) when the agent sets none."""
-    await make_agent(pool, name="plain", tools=["calculator"])
+    await make_agent(pool, name="plain", tools=["calculator"], config={"on_limit": "fail"})
     looping = [{"tool_calls": [call("calculator", expression="1+1")]}] * 3 + [{"text": "ok"}]
     first = await enqueue(pool, agent="plain")
     await run_until_idle(dsn, scripted(*looping), max_turns=2)

@@ -20,6 +20,7 @@ from opentelemetry.trace import Link, SpanKind
 
 from hango_worker.agent.calls import ModelCaller, RunCancelled, until_cancelled
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.limits import Limits, OnLimit, Reached, ask_for_answer
 from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallRequest
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
@@ -50,6 +51,7 @@ class LoopSettings:
     retry_cap_s: float = 20.0
     provider_name: str = "anthropic"
     capture_content: bool = False
+    on_limit: OnLimit = "answer"
 
 
 @dataclass(slots=True)
@@ -99,6 +101,7 @@ class AgentLoop:
             st.provider_name,
             st.capture_content,
         )
+        self._limits = Limits(max_turns=st.max_turns, on_limit=st.on_limit)
         # bound once, so the chain composes its onion once per run, not per call
         self._base_model_handler = self._base_model
         self._base_tool_handler = self._base_tool
@@ -118,6 +121,8 @@ class AgentLoop:
             if outcome.status == "failed" and outcome.error:
                 mark_error(span, str(outcome.error.get("type")), str(outcome.error.get("message")))
             genai.set_usage(span, outcome.usage)
+            if outcome.limit is not None:
+                span.set_attribute("hango.run.limit", outcome.limit)
             return outcome
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
@@ -139,16 +144,17 @@ class AgentLoop:
                 return await self._finish(
                     state, Outcome("cancelled" if stop == "cancel" else "released")
                 )
-            if turn >= self.settings.max_turns:
-                msg = (
-                    f"the run reached max_turns ({self.settings.max_turns}) without a final answer"
-                )
+            reached = self._limits.reached(turn)
+            if reached is not None and self._limits.on_limit == "fail":
+                genai.record_limit(reached.limit, "fail")
                 return await self._finish(
-                    state, Outcome("failed", {"type": ErrorType.MAX_TURNS, "message": msg})
+                    state, Outcome("failed", reached.error(), limit=reached.limit)
                 )
             turn += 1
             try:
-                done = await self._turn(state, turn)
+                done = await (
+                    self._wind_up(state, turn, reached) if reached else self._turn(state, turn)
+                )
             except RunCancelled:
                 return await self._finish(state, Outcome("cancelled"))
             except ModelError as e:
@@ -189,26 +195,53 @@ class AgentLoop:
     async def _turn(self, state: State, turn: int) -> Outcome | None:
         """One model call and its tool batch. Returns an Outcome when the run ends."""
         with turn_span(f"turn {turn}", {"hango.turn.index": turn}):
-            tools = list(self.view) + self.chain.tools(state)
-            self._tools = {t.name: t for t in tools}
-            request = Request(
-                model=self.agent.model,
-                messages=list(state.messages),
-                tools=[t.spec() for t in tools],
-                max_tokens=self.agent.config.max_tokens,
-                temperature=self.agent.config.temperature,
-            )
-            req = ModelRequest(request=request, state=state, on_text=self.on_text)
-            resp = await self.chain.model_call(req, self._base_model_handler)
-            self._usage.add(resp.usage)
-            state.messages.append(resp.message)
-            self._events.append(Event("model_message", self._message_event(turn, resp)))
+            resp = await self._model_turn(state, turn)
             uses = resp.message.tool_uses()
             if not uses:
                 return self._final_outcome(resp)
             await self._checkpoint(state, None)
             await self._tool_batch(state, uses, resp.stop_reason)
             return None
+
+    async def _model_turn(
+        self, state: State, turn: int, tool_choice: dict[str, Any] | None = None
+    ) -> ModelResponse:
+        """The model call of a turn, through the chain; its message joins the history."""
+        tools = list(self.view) + self.chain.tools(state)
+        self._tools = {t.name: t for t in tools}
+        request = Request(
+            model=self.agent.model,
+            messages=list(state.messages),
+            tools=[t.spec() for t in tools],
+            max_tokens=self.agent.config.max_tokens,
+            tool_choice=tool_choice,
+            temperature=self.agent.config.temperature,
+        )
+        req = ModelRequest(request=request, state=state, on_text=self.on_text)
+        resp = await self.chain.model_call(req, self._base_model_handler)
+        self._usage.add(resp.usage)
+        state.messages.append(resp.message)
+        self._events.append(Event("model_message", self._message_event(turn, resp)))
+        return resp
+
+    async def _wind_up(self, state: State, turn: int, reached: Reached) -> Outcome:
+        """A limit was reached: one last model call, tools not allowed, for the final
+        answer (agent/limits.py). The run ends with the limit recorded."""
+        genai.record_limit(reached.limit, "answer")
+        self._events.append(Event("limit_reached", {"limit": reached.limit, "turn": turn}))
+        ask_for_answer(state.messages, self._watermark, reached)
+        with turn_span(
+            f"turn {turn}", {"hango.turn.index": turn, "hango.run.limit": reached.limit}
+        ) as span:
+            span.add_event("agent.limit_reached", {"hango.run.limit": reached.limit})
+            resp = await self._model_turn(state, turn, {"type": "none"})
+        if resp.message.tool_uses():  # a model that ignored tool_choice: none
+            error = reached.error()
+            error["message"] += "; the wind-up answer called tools instead of answering"
+            return Outcome("failed", error, limit=reached.limit)
+        outcome = self._final_outcome(resp) or Outcome("succeeded")
+        outcome.limit = reached.limit
+        return outcome
 
     def _message_event(self, turn: int, resp: ModelResponse) -> dict[str, Any]:
         return {

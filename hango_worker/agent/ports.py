@@ -26,6 +26,7 @@ class Outcome:
     status: Status
     error: dict[str, Any] | None = None
     usage: Usage = field(default_factory=Usage)
+    limit: str | None = None  # the limit that ended the run (agent/limits.py), if any
 
 
 class Fenced(Exception):

@@ -162,13 +162,15 @@ class ScriptedProvider:
                 if self.chunk_delay_s:
                     await asyncio.sleep(self.chunk_delay_s)
             content.append(TextBlock(text=turn.text))
-        for j, call in enumerate(turn.tool_calls):
+        # like the API: with tool_choice none the model answers in text only
+        calls = [] if (request.tool_choice or {}).get("type") == "none" else turn.tool_calls
+        for j, call in enumerate(calls):
             args, problem = tool_input(call.input)
             tid = call.id or f"toolu_s{index:04d}_{j}"
             content.append(ToolUseBlock(id=tid, name=call.name, input=args, input_error=problem))
         message = Message(role="assistant", content=content)
         record_sanitized("model_output", clean_message(message))
-        stop = turn.stop_reason or (StopReason.TOOL_USE if turn.tool_calls else StopReason.END_TURN)
+        stop = turn.stop_reason or (StopReason.TOOL_USE if calls else StopReason.END_TURN)
         usage = (
             Usage.from_dict(turn.usage)
             if turn.usage

@@ -249,6 +249,7 @@ def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> Ag
         model_retries=s.model_retries,
         provider_name=deps.provider.name,
         capture_content=s.capture_content,
+        on_limit=agent.config.on_limit,
     )
     pub = deps.text
 

@@ -212,7 +212,7 @@ RUN_COLUMNS = (
     "id::text, tenant_id::text, session_id::text, agent_id::text, status, "
     "input::text AS input, state_json::text AS state_json, "
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
-    "started_at, finished_at"
+    "started_at, finished_at, limit_reached"
 )
 
 
@@ -316,6 +316,7 @@ async def resume(db: asyncpg.Pool, tenant_id: str, run_id: str) -> None:
     await get_run(db, tenant_id, run_id)
     done = await db.fetchval(
         "UPDATE runs SET status = 'queued', cancel_requested = false, error = NULL, "
+        "limit_reached = NULL, "
         "finished_at = NULL, lost_count = 0, queued_at = now(), lease_owner = NULL, "
         "lease_expires_at = NULL "
         f"WHERE id = $1 AND tenant_id = $2 AND (status IN ('cancelled', 'failed') OR {NO_LEASE}) "

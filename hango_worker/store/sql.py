@@ -83,18 +83,19 @@ WITH fence AS (
                            ELSE finished_at END,
         error = CASE WHEN $5::text IS NULL OR $5::text = 'released' THEN error ELSE $7::jsonb END,
         usage = coalesce($8::jsonb, usage),
-        trace_parent = coalesce($9::text, trace_parent)
+        trace_parent = coalesce($9::text, trace_parent),
+        limit_reached = coalesce($10::text, limit_reached)
     WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
     RETURNING id, session_id, cancel_requested
 ), msgs AS (
     INSERT INTO messages (session_id, seq, run_id, role, content)
     SELECT f.session_id, m.seq, f.id, m.role, m.content::jsonb
-    FROM fence f, unnest($10::int[], $11::text[], $12::text[]) AS m(seq, role, content)
+    FROM fence f, unnest($11::int[], $12::text[], $13::text[]) AS m(seq, role, content)
     RETURNING 1
 ), evs AS (
     INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
     SELECT f.id, e.seq, e.type, e.payload::jsonb, $2, $3
-    FROM fence f, unnest($13::int[], $14::text[], $15::text[]) AS e(seq, type, payload)
+    FROM fence f, unnest($14::int[], $15::text[], $16::text[]) AS e(seq, type, payload)
     RETURNING 1
 ), done AS (
     SELECT pg_notify('hango_done', f.id::text) FROM fence f

@@ -130,6 +130,11 @@ def record_model_failure(err: Any) -> None:
     metrics.MODEL_FAILURES.labels(metrics.error_type_label(err.type)).inc()
 
 
+def record_limit(limit: str, then: str) -> None:
+    """A run reached a limit; `then` is what follows: "answer" (wind-up) or "fail"."""
+    metrics.RUN_LIMITS.labels(limit, then).inc()
+
+
 @contextmanager
 def tool_span(call: Any, tool: Any, capture_content: bool) -> Iterator[Span]:
     attrs: dict[str, Any] = {

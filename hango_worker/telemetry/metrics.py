@@ -7,7 +7,13 @@ from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from hango_worker.vocab import ATTEMPT_ENDS, MODEL_ERROR_TYPES, RUN_ERROR_TYPES, ToolOutcome
+from hango_worker.vocab import (
+    ATTEMPT_ENDS,
+    MODEL_ERROR_TYPES,
+    RUN_ERROR_TYPES,
+    RunLimit,
+    ToolOutcome,
+)
 
 # GenAI semantic-convention bucket boundaries.
 TOKEN_BUCKETS = [float(4**i) for i in range(14)]  # 1, 4, 16, ... 67108864
@@ -99,6 +105,12 @@ MODEL_TOKENS = Counter(
     "Model tokens by type (input excludes cache; cache hit ratio = cache_read / all input).",
     ["type"],
 )
+RUN_LIMITS = Counter(
+    "hango_run_limits_total",
+    "Runs that reached a limit (max_turns, …), by limit and by what followed: "
+    "answer (one last tool-free call) or fail.",
+    ["limit", "on_limit"],
+)
 RUNS_FAILED = Counter(
     "hango_runs_failed_total", "Runs that ended failed, by error type.", ["error_type"]
 )
@@ -146,6 +158,9 @@ def _initialise() -> None:
         MODEL_FAILURES.labels(etype)
     for state in ("used", "total"):
         WORKER_SLOTS.labels(state)
+    for limit in RunLimit:
+        for then in ("answer", "fail"):
+            RUN_LIMITS.labels(limit, then)
 
 
 _initialise()

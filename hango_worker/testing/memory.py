@@ -103,6 +103,7 @@ async def run_agent(
         retry_base_s=0.01,
         provider_name=provider.name,
         capture_content=capture_content,
+        on_limit=agent.config.on_limit,
     )
     loop = AgentLoop(
         agent, Chain(stack), registry.view(agent.tools), provider, io, settings, on_text
