@@ -363,3 +363,23 @@ async def test_worker_transcript_is_the_same_through_both_models(
         ("toolu_s0000_1", "9"),
         ("toolu_s0000_2", "echo: working"),
     ]
+
+
+async def test_the_wind_up_call_reaches_the_api_with_tool_choice_none(
+    pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, echo: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At max_turns the last request keeps its tools but forbids them; the API (here the
+    fake, which answers like it: text only) accepts the history and the run succeeds."""
+    looping = [{"text": f"step {i}", "tool_calls": [call("echo", text=str(i))]} for i in range(5)]
+    fake.load(looping)
+    use_anthropic(monkeypatch, fake)
+    run_id = await enqueue(pool, "loop")
+    await work(dsn, tools=(echo[0],), max_turns=2)
+    run = await details(pool, run_id)
+    assert (run["status"], run["limit_reached"]) == ("succeeded", "max_turns"), run["error"]
+    last = fake.requests[-1].body
+    assert last["tool_choice"] == {"type": "none"} and [t["name"] for t in last["tools"]]
+    assert last["messages"][-1]["content"][0]["type"] == "tool_result"
+    assert "max_turns" in last["messages"][-1]["content"][-1]["text"]
+    assert run["transcript"][-1]["content"] == [{"type": "text", "text": "step 2"}]
+    assert len(echo[1]) == 2

@@ -33,10 +33,13 @@ def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheU
         )
     if turn.text:
         content.append({"type": "text", "text": turn.text})
-    for j, call in enumerate(turn.tool_calls):
+    # like the API: with tool_choice none the model answers in text only
+    choice = body.get("tool_choice")
+    calls = [] if isinstance(choice, dict) and choice.get("type") == "none" else turn.tool_calls
+    for j, call in enumerate(calls):
         tid = call.id or f"toolu_s{index:04d}_{j}"
         content.append({"type": "tool_use", "id": tid, "name": call.name, "input": call.input})
-    stop = str(turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn"))
+    stop = str(turn.stop_reason or ("tool_use" if calls else "end_turn"))
     cut: str | None = None
     if stop == "max_tokens" and content and content[-1]["type"] == "tool_use":
         full = json.dumps(content[-1]["input"])
