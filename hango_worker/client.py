@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
+from hango_worker.agent.limits import parse_overrides
 from hango_worker.store import db, repo
 from hango_worker.store.sql import DONE_CHANNEL
 from hango_worker.vocab import FINISHED
@@ -37,9 +38,12 @@ async def enqueue(
     session_id: str | None = None,
     idempotency_key: str | None = None,
     tenant_id: str = repo.DEFAULT_TENANT_ID,
+    limits: Mapping[str, Any] | None = None,
 ) -> EnqueueResult:
     """Queue a run on the caller's connection (any asyncpg connection, no codecs
-    needed): inside the caller's transaction it is queued iff that commits."""
+    needed): inside the caller's transaction it is queued iff that commits.
+    `limits`: this run's own limits (max_turns, max_input_tokens, max_output_tokens,
+    max_tool_calls, tool_call_limits, max_duration_s, deadline); ValueError if invalid."""
     return await repo.enqueue_run(
         conn,
         tenant_id=tenant_id,
@@ -47,6 +51,7 @@ async def enqueue(
         input_text=input,
         session_id=session_id,
         idempotency_key=idempotency_key,
+        limits=parse_overrides(dict(limits)) if limits is not None else None,
     )
 
 
@@ -97,6 +102,7 @@ class Client:
         *,
         idempotency_key: str | None = None,
         conn: asyncpg.Connection | None = None,
+        limits: Mapping[str, Any] | None = None,
     ) -> EnqueueResult:
         """Queue a run. `idempotency_key`: a second enqueue with the same key returns
         the first run (`created=False`). `conn`: enqueue on your connection, inside
@@ -108,6 +114,7 @@ class Client:
             session_id=session_id,
             idempotency_key=idempotency_key,
             tenant_id=self.tenant_id,
+            limits=limits,
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:

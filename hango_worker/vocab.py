@@ -33,6 +33,11 @@ class ErrorType(StrEnum):
 
     # the run itself
     MAX_TURNS = "max_turns"
+    MAX_INPUT_TOKENS = "max_input_tokens"
+    MAX_OUTPUT_TOKENS = "max_output_tokens"
+    MAX_TOOL_CALLS = "max_tool_calls"
+    TOOL_CALL_LIMIT = "tool_call_limit"
+    DEADLINE = "deadline"
     MAX_TOKENS = "max_tokens"
     MAX_ATTEMPTS = "max_attempts"
     INVALID_INPUT = "invalid_input"
@@ -106,3 +111,8 @@ class RunLimit(StrEnum):
     of the same name (agent config `on_limit`)."""
 
     MAX_TURNS = "max_turns"
+    MAX_INPUT_TOKENS = "max_input_tokens"  # input + cache read + cache write, whole run
+    MAX_OUTPUT_TOKENS = "max_output_tokens"
+    MAX_TOOL_CALLS = "max_tool_calls"
+    TOOL_CALL_LIMIT = "tool_call_limit"  # a call of a tool over its own limit was refused
+    DEADLINE = "deadline"  # wall clock: max_duration_s after the run started, or a deadline

@@ -68,6 +68,11 @@ async def count(dsn: str, table: str) -> int:
         (("runs", "list", "--bogus"), "unrecognized arguments: --bogus"),
         (("agents", "create", "--name", "a", "--model", "m", "--config", "{"), "not valid JSON"),
         (("frobnicate",), "invalid choice: 'frobnicate'"),
+        (
+            ("enqueue", "--agent", "a", "--input", "x", "--limits", '{"max_turns": 0}'),
+            "--limits: limits are invalid at max_turns: Input should be greater than or equal to 1",
+        ),
+        (("enqueue", "--agent", "a", "--input", "x", "--limits", "{"), "--limits: Expecting"),
     ],
 )
 async def test_usage_errors_are_one_line_with_code_2(

@@ -4,6 +4,7 @@ one last model call without tools, status succeeded, the limit recorded."""
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import asyncpg
@@ -127,3 +128,154 @@ async def test_a_run_at_its_limit_on_postgres_records_it_and_resume_clears_it(
     await pool.execute("UPDATE runs SET status = 'failed' WHERE id = $1", run_id)
     await repo.resume(pool, repo.DEFAULT_TENANT_ID, run_id)
     assert (await details(pool, run_id))["limit_reached"] is None
+
+
+# -- budgets: tokens, tool calls, deadline (one mechanism: agent/limits.py) -----------------
+
+
+def _costly(n: int = 10, inp: int = 100, out: int = 10) -> list[dict[str, Any]]:
+    usage = {"input_tokens": inp, "output_tokens": out}
+    return [{**t, "usage": usage} for t in _looping(n)]
+
+
+async def test_an_input_token_budget_winds_up_while_the_answer_still_fits() -> None:
+    tool, calls = recording_tool()
+    provider = scripted(*_costly())
+    outcome, _, io = await run_agent(
+        agent(tools=["echo"], max_input_tokens=450), provider, tools=[tool]
+    )
+    # after 3 turns 300 used; the next turn (≥100) and the answer (≥100) would pass 450
+    assert (outcome.status, outcome.limit, provider.calls) == ("succeeded", "max_input_tokens", 4)
+    assert len(calls) == 3
+    assert outcome.usage.input_tokens == 400 <= 450
+    assert io.usage is not None and io.usage.input_tokens == 400  # checkpointed every turn
+
+
+async def test_a_run_already_over_budget_makes_no_model_call() -> None:
+    from hango_worker.agent.loop import RunInfo
+    from hango_worker.provider.types import Usage
+
+    provider = scripted(*_costly())
+    spent = RunInfo(persisted=0, usage=Usage(input_tokens=300, cache_read_input_tokens=200))
+    outcome, _, _ = await run_agent(
+        agent(tools=["echo"], max_input_tokens=450), provider, info=spent
+    )
+    assert (outcome.status, outcome.limit, provider.calls) == ("failed", "max_input_tokens", 0)
+    assert outcome.error == {
+        "type": "max_input_tokens",
+        "message": "the run reached max_input_tokens (500 of 450 tokens used) "
+        "with no budget left for a final answer",
+    }
+
+
+async def test_an_output_budget_counts_each_calls_max_tokens_before_making_it() -> None:
+    tool, _ = recording_tool()
+    provider = scripted(*_costly(out=50))
+    outcome, _, _ = await run_agent(
+        agent(tools=["echo"], max_tokens=100, max_output_tokens=400), provider, tools=[tool]
+    )
+    # 50 per call; a turn is made only while used + 2 * 100 <= 400 (room for it and the
+    # answer): 5 turns (250 used), then the wind-up (300 <= 400)
+    assert (outcome.status, outcome.limit) == ("succeeded", "max_output_tokens")
+    assert provider.calls == 6 and outcome.usage.output_tokens == 300 <= 400
+
+
+async def test_tool_calls_over_the_limit_are_not_executed_and_the_run_winds_up() -> None:
+    tool, calls = recording_tool()
+    three = [call("echo", text=str(i)) for i in range(3)]
+    provider = CapturingProvider(scripted({"tool_calls": three}, *_looping()))
+    outcome, state, _ = await run_agent(
+        agent(tools=["echo"], max_tool_calls=2), provider, tools=[tool]
+    )
+    assert (outcome.status, outcome.limit) == ("succeeded", "max_tool_calls")
+    assert len(calls) == 2 and len(provider.requests) == 2  # one turn, then the wind-up
+    refused = state.messages[2].content[2]
+    assert isinstance(refused, ToolResultBlock) and refused.is_error
+    assert "at most 2 tool calls (max_tool_calls)" in refused.content
+    assert state.private["limits"] == {"total": 2, "by_tool": {}, "refused": "max_tool_calls"}
+
+
+async def test_a_tools_own_limit_refuses_its_next_call() -> None:
+    from hango_worker.agent.limits import RunOverrides
+
+    tool, calls = recording_tool()
+    provider = scripted(*_looping())
+    over = RunOverrides(tool_call_limits={"echo": 2})
+    outcome, state, _ = await run_agent(agent(tools=["echo"]), provider, tools=[tool], limits=over)
+    assert (outcome.status, outcome.limit, len(calls), provider.calls) == (
+        "succeeded",
+        "tool_call_limit",
+        2,
+        4,
+    )
+    assert "may call 'echo' at most 2 times" in state.messages[6].content[0].content  # type: ignore[union-attr]
+
+
+async def test_a_deadline_that_passed_winds_up_before_the_first_turn() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from hango_worker.agent.limits import RunOverrides
+
+    provider = scripted({"text": "the answer"})
+    over = RunOverrides(deadline=datetime.now(UTC) - timedelta(seconds=1))
+    outcome, state, _ = await run_agent(agent(), provider, limits=over)
+    assert (outcome.status, outcome.limit, provider.calls) == ("succeeded", "deadline", 1)
+    assert "deadline" in state.messages[0].content[-1].text  # type: ignore[union-attr]
+
+
+def test_limits_are_validated_with_the_key_named() -> None:
+    from hango_worker.agent.limits import parse_overrides
+
+    assert parse_overrides({"max_turns": 3}) == {"max_turns": 3}
+    for bad, where in [
+        ({"max_turns": 0}, "max_turns"),
+        ({"max_tool_cals": 1}, "max_tool_cals"),
+        ({"deadline": "2030-01-01T00:00:00"}, "deadline"),  # no UTC offset
+        ([1], "(root)"),
+    ]:
+        with pytest.raises(ValueError, match=rf"limits are invalid at {re.escape(where)}"):
+            parse_overrides(bad)
+
+
+async def test_a_producers_limits_reach_the_worker_and_bad_ones_fail_only_that_run(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    from hango_worker.client import Client
+
+    await make_agent(pool, name="loop", tools=["calculator"])
+    looping = [{"text": "more", "tool_calls": [call("calculator", expression="1+1")]}] * 5
+    client = Client(pool)
+    ok = await client.enqueue("loop", "go", limits={"max_tool_calls": 1})
+    with pytest.raises(ValueError, match="max_tool_calls"):
+        await client.enqueue("loop", "go", limits={"max_tool_calls": -1})
+    bad = await enqueue(pool, agent="loop")
+    await pool.execute(
+        """UPDATE runs SET input = '{"text": "go", "limits": {"max_turns": "x"}}' WHERE id = $1""",
+        bad,
+    )
+    await run_until_idle(dsn, scripted(*looping))
+    run = await details(pool, ok.run_id)
+    assert (run["status"], run["limit_reached"]) == ("succeeded", "max_tool_calls")
+    failed = await details(pool, bad)
+    assert failed["status"] == "failed" and failed["error"]["type"] == "invalid_input"
+    assert "runs.input.limits is invalid at max_turns" in failed["error"]["message"]
+
+
+async def test_usage_adds_up_across_attempts_and_bad_usage_fails_only_its_run(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    await make_agent(pool, name="plain", tools=[])
+    resumed, broken = await enqueue(pool, agent="plain"), await enqueue(pool, agent="plain")
+    earlier = {"input_tokens": 1000, "output_tokens": 7}
+    await pool.execute("UPDATE runs SET usage = $2 WHERE id = $1", resumed, earlier)
+    await pool.execute(
+        """UPDATE runs SET usage = '{"input_tokens": "lots"}' WHERE id = $1""", broken
+    )
+    answer = {"text": "ok", "usage": {"input_tokens": 5, "output_tokens": 3}}
+    await run_until_idle(dsn, scripted(answer))
+    run = await details(pool, resumed)
+    assert run["status"] == "succeeded", run["error"]
+    assert (run["usage"]["input_tokens"], run["usage"]["output_tokens"]) == (1005, 10)
+    failed = await details(pool, broken)
+    assert failed["error"]["type"] == "invalid_state"
+    assert "runs.usage" in failed["error"]["message"]

@@ -12,6 +12,7 @@ state_json + events), plus one small fenced commit per completed tool call
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,11 +21,19 @@ from opentelemetry.trace import Link, SpanKind
 
 from hango_worker.agent.calls import ModelCaller, RunCancelled, until_cancelled
 from hango_worker.agent.chain import Chain
-from hango_worker.agent.limits import Limits, OnLimit, Reached, ask_for_answer
+from hango_worker.agent.limits import (
+    Budget,
+    Limits,
+    NextCall,
+    OnLimit,
+    Reached,
+    ToolCounts,
+    ask_for_answer,
+)
 from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallRequest
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
-from hango_worker.agent.state import State, StateError
+from hango_worker.agent.state import State, StateError, load_private, store_private
 from hango_worker.provider.sanitize import record_sanitized
 from hango_worker.provider.types import (
     Message,
@@ -52,6 +61,8 @@ class LoopSettings:
     provider_name: str = "anthropic"
     capture_content: bool = False
     on_limit: OnLimit = "answer"
+    budget: Budget = field(default_factory=Budget)
+    deadline: float | None = None  # epoch seconds (agent/limits.py:deadline_of)
 
 
 @dataclass(slots=True)
@@ -64,6 +75,7 @@ class RunInfo:
     parent: Any = None  # OpenTelemetry context to start the attempt's span in
     # results recorded for the calls of the pending (last, unanswered) assistant message
     recorded: dict[str, ToolResult] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)  # used by this run's earlier attempts
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
 
@@ -101,7 +113,9 @@ class AgentLoop:
             st.provider_name,
             st.capture_content,
         )
-        self._limits = Limits(max_turns=st.max_turns, on_limit=st.on_limit)
+        self._limits = Limits(st.max_turns, st.on_limit, st.budget, st.deadline)
+        self._next = NextCall(max_tokens=agent.config.max_tokens)
+        self._counts: ToolCounts | None = None
         # bound once, so the chain composes its onion once per run, not per call
         self._base_model_handler = self._base_model
         self._base_tool_handler = self._base_tool
@@ -127,10 +141,12 @@ class AgentLoop:
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
         persisted = len(state.messages) if info.persisted is None else info.persisted
+        self._usage.add(info.usage)
         last = state.messages[persisted - 1] if persisted else None
         try:
             await self._resume_pending(state, info)
             await self.chain.before_run(state)
+            self._load_counts(state)
         except StateError as e:
             return await self._finish(
                 state, Outcome("failed", {"type": ErrorType.INVALID_STATE, "message": str(e)})
@@ -144,8 +160,8 @@ class AgentLoop:
                 return await self._finish(
                     state, Outcome("cancelled" if stop == "cancel" else "released")
                 )
-            reached = self._limits.reached(turn)
-            if reached is not None and self._limits.on_limit == "fail":
+            reached = self._limits.reached(turn, self._usage, self._next, self._counts, time.time())
+            if reached is not None and (self._limits.on_limit == "fail" or not reached.room):
                 genai.record_limit(reached.limit, "fail")
                 return await self._finish(
                     state, Outcome("failed", reached.error(), limit=reached.limit)
@@ -187,7 +203,7 @@ class AgentLoop:
     async def _checkpoint(self, state: State, outcome: Outcome | None) -> None:
         new = state.messages[self._watermark :]
         events, self._events = self._events, []
-        await self.io.checkpoint(state, new, events, outcome)
+        await self.io.checkpoint(state, new, events, outcome, self._usage)
         self._watermark = len(state.messages)
 
     # -- one turn --------------------------------------------------------------------------
@@ -220,6 +236,10 @@ class AgentLoop:
         req = ModelRequest(request=request, state=state, on_text=self.on_text)
         resp = await self.chain.model_call(req, self._base_model_handler)
         self._usage.add(resp.usage)
+        u = resp.usage
+        self._next.input_tokens = (
+            u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+        )
         state.messages.append(resp.message)
         self._events.append(Event("model_message", self._message_event(turn, resp)))
         return resp
@@ -276,7 +296,7 @@ class AgentLoop:
         for call in uses:
             result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
             if result is None:
-                result = await self._one_tool(state, call)
+                result = self._over_limit(state, call) or await self._one_tool(state, call)
             seen.add(call.id)
             await self.io.record_tool_result(state, call, result, self._tool_event(call, result))
             results.append(result.to_block(call.id))
@@ -301,6 +321,22 @@ class AgentLoop:
                 "not executed: the run was cancelled before this call started", "cancelled"
             )
         return None
+
+    def _load_counts(self, state: State) -> None:
+        """Tool-call counts, kept (private state `limits`) only when a tool limit is set."""
+        if self.settings.budget.counts_tools():
+            self._counts = load_private(state, "limits", ToolCounts)[0]
+
+    def _over_limit(self, state: State, call: ToolUseBlock) -> ToolResult | None:
+        """Count the call against the run's tool limits; refuse it when one is used up.
+        The counts are stored with the call's result (or refusal)."""
+        if self._counts is None:
+            return None
+        why = self._limits.refuse_tool(call.name, self._counts)
+        store_private(state, "limits", self._counts)
+        if why is None:
+            return None
+        return ToolResult.error(f"not executed: {why}; give your final answer now", "denied")
 
     @staticmethod
     def _tool_event(call: ToolUseBlock, result: ToolResult) -> Event:

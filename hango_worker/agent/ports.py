@@ -45,7 +45,10 @@ class RunIO(Protocol):
         new_messages: list[Message],
         events: list[Event],
         outcome: Outcome | None,
-    ) -> None: ...
+        usage: Usage | None = None,
+    ) -> None:
+        """`usage`: the run's usage so far (all attempts), stored with every checkpoint."""
+        ...
 
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event

@@ -6,11 +6,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hango_worker.agent.limits import Budget
 from hango_worker.provider.types import TextBlock
 
 
-class AgentConfig(BaseModel):
-    """`agents.config`. Unknown keys are rejected so a typo is not silently ignored."""
+class AgentConfig(Budget):
+    """`agents.config`. Unknown keys are rejected so a typo is not silently ignored.
+    The run budget's keys (tokens, tool calls, duration) come from `Budget`."""
 
     model_config = ConfigDict(extra="forbid")
     max_turns: int | None = Field(default=None, ge=1, le=10_000)

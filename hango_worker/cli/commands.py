@@ -122,15 +122,25 @@ async def cmd_agents_list(s: Settings, a: argparse.Namespace) -> int:
 
 
 async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.agent.limits import parse_overrides
+
     text = read_input(a.input, a.input_file)
+    limits = None
+    if a.limits is not None:
+        try:
+            limits = parse_overrides(json.loads(a.limits))
+        except ValueError as e:
+            raise CliError(f"--limits: {e}") from None
     async with pool_for(s) as (_, pool):
-        ids = await repo.enqueue(
+        r = await repo.enqueue_run(
             pool,
             tenant_id=repo.DEFAULT_TENANT_ID,
             agent=a.agent,
             input_text=text,
             session_id=a.session,
+            limits=limits,
         )
+    ids = {"run_id": r.run_id, "session_id": r.session_id}
     print(json.dumps(ids) if a.json else ids["run_id"])
     return exits.OK
 

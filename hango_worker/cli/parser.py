@@ -62,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     given.add_argument("--input", type=text, help="the user's message ('-': read stdin)")
     given.add_argument("--input-file", type=text, metavar="PATH", help="read it from a file")
     e.add_argument("--session", type=a_uuid("a session id"), help="continue its history")
+    e.add_argument(
+        "--limits",
+        type=text,
+        metavar="JSON",
+        help='this run\'s own limits, e.g. {"max_turns": 10, "max_output_tokens": 20000}',
+    )
     e.add_argument("--json", action="store_true")
 
     _agents(sub, cmd)

@@ -10,8 +10,10 @@ from typing import Any, Protocol
 import asyncpg
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+from pydantic import ValidationError
 
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
@@ -47,6 +49,7 @@ class Loaded:
     recorded: dict[str, ToolResult]
     next_message_seq: int
     next_event_seq: int
+    overrides: RunOverrides | None = None  # runs.input.limits
 
 
 class LoadError(Exception):
@@ -80,6 +83,7 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
                 ErrorType.INVALID_INPUT, "runs.input must be an object with a non-empty 'text'"
             )
         messages.append(Message("user", [TextBlock(text=text)]))
+    overrides = _overrides(c.input)
     recorded: dict[str, ToolResult] = {}
     if rows and rows[-1]["role"] == "assistant":  # a pending turn: its recorded results
         recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1]["seq"]))
@@ -91,7 +95,23 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
         recorded=recorded,
         next_message_seq=int(ctx["last_seq"]) + 1,
         next_event_seq=int(ctx["last_event_seq"]) + 1,
+        overrides=overrides,
     )
+
+
+def _overrides(run_input: Any) -> RunOverrides | None:
+    """A producer's limits for this run (`runs.input.limits`), validated."""
+    raw = run_input.get("limits") if isinstance(run_input, dict) else None
+    if raw is None:
+        return None
+    try:
+        return RunOverrides.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        raise LoadError(
+            ErrorType.INVALID_INPUT, f"runs.input.limits is invalid at {loc}: {err['msg']}"
+        ) from None
 
 
 def _agent(row: dict[str, Any]) -> AgentSpec:
@@ -196,7 +216,6 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
     if c.cancel_requested:  # requested before a takeover: it survives the claim
         io.cancel_event.set()
     io_ready(io)
-    agent = loaded.agent
     try:
         state = load_state(
             c.state_json,
@@ -209,13 +228,14 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
     except StateError as e:
         await io.fail({"type": ErrorType.INVALID_STATE, "message": str(e)})
         return Outcome("failed", {"type": ErrorType.INVALID_STATE, "message": str(e)})
-    loop = _build_loop(deps, agent, io, c.run_id)
+    loop = _build_loop(deps, loaded, c, io)
     parent, links = _previous_attempt(c)
     info = RunInfo(
         attempt=c.attempt,
         turns_done=loaded.turns_done,
         recorded=loaded.recorded,
         persisted=loaded.persisted,
+        usage=c.usage,
         parent=parent,
         links=links,
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
@@ -239,17 +259,21 @@ async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:
     return int(v) + 1
 
 
-def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> AgentLoop:
+def _build_loop(deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO) -> AgentLoop:
     s = deps.settings
+    agent, run_id, over = loaded.agent, c.run_id, loaded.overrides
+    budget = merge(agent.config, over)
     obs = deps.observer
     threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
     chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
     settings = LoopSettings(
-        max_turns=agent.config.max_turns or s.max_turns,
+        max_turns=(over and over.max_turns) or agent.config.max_turns or s.max_turns,
         model_retries=s.model_retries,
         provider_name=deps.provider.name,
         capture_content=s.capture_content,
         on_limit=agent.config.on_limit,
+        budget=budget,
+        deadline=deadline_of(budget, over, c.started_s),
     )
     pub = deps.text
 

@@ -8,7 +8,7 @@ import json
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import asyncpg
@@ -16,7 +16,7 @@ from opentelemetry import trace
 
 from hango_worker.agent.ports import Event, Fenced, Outcome
 from hango_worker.agent.state import State, dump_state
-from hango_worker.provider.types import Message, ToolUseBlock
+from hango_worker.provider.types import Message, ToolUseBlock, Usage
 from hango_worker.store import sql
 from hango_worker.tool.types import ToolResult
 from hango_worker.vocab import ErrorType
@@ -64,6 +64,8 @@ class Claim:
     trace_parent: str | None
     cancel_requested: bool = False
     queued_s: float = 0.0
+    started_s: float = 0.0  # when the run first started (epoch seconds)
+    usage: Usage = field(default_factory=Usage)  # used by earlier attempts
     # set when the row cannot be decoded: the run is failed with it at once
     invalid: dict[str, str] | None = None
 
@@ -81,6 +83,7 @@ class Claim:
             trace_parent=r["trace_parent"],
             cancel_requested=bool(r["cancel_requested"]),
             queued_s=float(r["queued_s"] or 0.0),
+            started_s=float(r["started_s"] or 0.0),
         )
         try:
             c.input = decode_json(r["input"], "runs.input")
@@ -88,9 +91,23 @@ class Claim:
             c.invalid = {"type": ErrorType.INVALID_INPUT, "message": str(e)}
         try:
             c.state_json = decode_json(r["state_json"], "runs.state_json")
+            c.usage = _decode_usage(r["usage"])
         except ValueError as e:
             c.invalid = c.invalid or {"type": ErrorType.INVALID_STATE, "message": str(e)}
         return c
+
+
+def _decode_usage(raw: str | None) -> Usage:
+    """`runs.usage` (written by us at every checkpoint): the run's token counts so far."""
+    d = decode_json(raw, "runs.usage")
+    if d is None:
+        return Usage()
+    if not isinstance(d, dict):
+        raise ValueError(f"runs.usage must be a JSON object, got {type(d).__name__}")
+    try:
+        return Usage.from_dict(d)
+    except (TypeError, ValueError):
+        raise ValueError(f"runs.usage holds a count that is not a number: {d!r}"[:300]) from None
 
 
 async def discard_connections(pool: asyncpg.Pool) -> None:
@@ -126,6 +143,10 @@ async def with_reconnect(
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _usage(usage: Usage | None) -> dict[str, int] | None:
+    return usage.to_dict() if usage is not None else None
 
 
 def _traceparent() -> str | None:
@@ -200,6 +221,7 @@ class PgRunIO:
         new_messages: list[Message],
         events: list[Event],
         outcome: Outcome | None,
+        usage: Usage | None = None,
     ) -> None:
         m_seq = list(range(self._msg_seq, self._msg_seq + len(new_messages)))
         e_seq = list(range(self._event_seq, self._event_seq + len(events)))
@@ -210,7 +232,7 @@ class PgRunIO:
             outcome.status if outcome else None,
             self.lease_s,
             outcome.error if outcome else None,
-            outcome.usage.to_dict() if outcome else None,
+            _usage(outcome.usage if outcome else usage),
             _traceparent(),
             outcome.limit if outcome else None,
             m_seq,

@@ -125,6 +125,7 @@ async def enqueue_run(
     input_text: str,
     session_id: str | None = None,
     idempotency_key: str | None = None,
+    limits: dict[str, Any] | None = None,
 ) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers.
 
@@ -132,7 +133,8 @@ async def enqueue_run(
     insert the run, notify (sent when it commits). On a connection inside the
     caller's transaction, the run is queued if and only if that transaction
     commits. With an idempotency key, a run already queued under that key (this
-    tenant) is returned instead of a new one."""
+    tenant) is returned instead of a new one. `limits`: the run's own limits, already
+    validated (`agent.limits.parse_overrides`), stored as `runs.input.limits`."""
     if session_id is not None:
         try:
             uuid.UUID(session_id)
@@ -155,7 +157,9 @@ async def enqueue_run(
         str(uuid.uuid4()),
         session_id,
         run_id,
-        json.dumps({"text": input_text}, ensure_ascii=False),
+        json.dumps(
+            {"text": input_text, **({"limits": limits} if limits else {})}, ensure_ascii=False
+        ),
         NOTIFY_CHANNEL,
         idempotency_key,
     )

@@ -37,8 +37,9 @@ UPDATE runs SET status = 'running', attempt = runs.attempt + 1, lease_owner = $1
 FROM picked WHERE runs.id = picked.id
 RETURNING runs.id::text, runs.tenant_id::text, runs.session_id::text, runs.agent_id::text,
     runs.input::text AS input, runs.state_json::text AS state_json, runs.attempt,
-    runs.trace_parent, runs.cancel_requested,
-    greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s
+    runs.trace_parent, runs.cancel_requested, runs.usage::text AS usage,
+    greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s,
+    extract(epoch FROM runs.started_at)::float8 AS started_s
 """
 
 # Give back a run claimed in the same batch as another run of its session.

@@ -6,18 +6,27 @@ outcome, state, io = await run_agent(agent, ScriptedProvider(turns), tools=[my_t
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.ports import Event, Outcome
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import State, dump_state
-from hango_worker.provider.types import Message, Provider, TextBlock, TextSink, ToolUseBlock
+from hango_worker.provider.types import (
+    Message,
+    Provider,
+    TextBlock,
+    TextSink,
+    ToolUseBlock,
+    Usage,
+)
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolResult
 
@@ -33,6 +42,7 @@ class MemoryRunIO:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     tool_results: dict[str, ToolResult] = field(default_factory=dict)
     outcome: Outcome | None = None
+    usage: Usage | None = None  # as of the last checkpoint
 
     def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
         if self.cancel_event.is_set():
@@ -45,7 +55,9 @@ class MemoryRunIO:
         new_messages: list[Message],
         events: list[Event],
         outcome: Outcome | None,
+        usage: Usage | None = None,
     ) -> None:
+        self.usage = usage
         self.messages.extend(new_messages)
         self.events.extend(events)
         self.checkpoints.append(
@@ -88,8 +100,13 @@ async def run_agent(
     on_text: TextSink | None = None,
     info: RunInfo | None = None,
     capture_content: bool = False,
+    limits: RunOverrides | None = None,
 ) -> tuple[Outcome, State, MemoryRunIO]:
-    """Drive one run attempt in memory. `stack=None` → the default stack for the agent."""
+    """Drive one run attempt in memory. `stack=None` → the default stack for the agent;
+    `limits`: a producer's per-run limits (as `runs.input.limits`)."""
+    budget = merge(agent.config, limits)
+    if limits is not None and limits.max_turns is not None:
+        max_turns = limits.max_turns
     registry = Registry(
         [*Registry.default(load_entry_points=False).view(["current_time", "calculator"]), *tools]
     )
@@ -104,6 +121,8 @@ async def run_agent(
         provider_name=provider.name,
         capture_content=capture_content,
         on_limit=agent.config.on_limit,
+        budget=budget,
+        deadline=deadline_of(budget, limits, time.time()),
     )
     loop = AgentLoop(
         agent, Chain(stack), registry.view(agent.tools), provider, io, settings, on_text
