@@ -225,7 +225,12 @@ class MemoryIO:
         self.outcome: Outcome | None = None
 
     async def checkpoint(
-        self, state: State, new: list[Message], events: list[Event], outcome: Outcome | None
+        self,
+        state: State,
+        new: list[Message],
+        events: list[Event],
+        outcome: Outcome | None,
+        usage: Any = None,
     ) -> None:
         self.messages.extend(new)
         self.events.extend(events)
