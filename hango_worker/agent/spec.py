@@ -17,6 +17,8 @@ class AgentConfig(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
     temperature: float | None = Field(default=None, ge=0, le=1)
+    # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
+    offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
 
 
 class AgentSpecError(ValueError):

@@ -242,8 +242,7 @@ async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:
 def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> AgentLoop:
     s = deps.settings
     obs = deps.observer
-    threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
-    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
+    chain = Chain(default_stack(StackConfig.for_agent(agent, io, s.repeat_call_threshold)))
     settings = LoopSettings(
         max_turns=agent.config.max_turns or s.max_turns,
         model_retries=s.model_retries,
