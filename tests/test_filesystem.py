@@ -330,7 +330,8 @@ async def test_5mb_result_and_a_written_file_survive_kill_9_and_resume_elsewhere
     await ensure_table(pool)
     path = tmp_path / "script.json"
     path.write_text(json.dumps(script))
-    await make_agent(pool, tools=["big", "pause_once", "read_file", "write_file"])
+    tools = ["big", "pause_once", "read_file", "write_file"]
+    await make_agent(pool, tools=tools, config={"max_turns": 100})
     run_id = await enqueue(pool, "read the big thing")
     env = worker_env(dsn, path)
     a = await start_worker(env)
@@ -348,7 +349,9 @@ async def test_5mb_result_and_a_written_file_survive_kill_9_and_resume_elsewhere
     finally:
         b.send_signal(signal.SIGTERM)
         await asyncio.wait_for(b.wait(), 30)
-    assert row["status"] == "succeeded"
+    assert row["status"] == "succeeded", await pool.fetchval(
+        "SELECT error::text FROM runs WHERE id = $1", run_id
+    )
     assert await pool.fetchval("SELECT attempt FROM runs WHERE id = $1", run_id) == 2
     workers = await pool.fetchval(
         "SELECT count(DISTINCT worker_id) FROM run_events WHERE run_id = $1", run_id
@@ -390,3 +393,20 @@ async def _tool_results(pool: asyncpg.Pool, run_id: str) -> dict[str, str]:
             if block.get("type") == "tool_result":
                 out[block["tool_use_id"]] = block["content"]
     return out
+
+
+async def test_reads_see_writes_still_in_the_outbox() -> None:
+    from hango_worker.agent.mw_filesystem import Filesystem
+    from hango_worker.testing.memory import MemoryRunIO
+
+    store = MemoryRunIO()
+    store.files["/p"] = FileWrite("/p", "stored", 6, "t0")
+    fs = Filesystem(store)
+    state = State("r", "s", "a", "t")
+    state.file_writes.append(FileWrite("/p", "pending", 7, "t1"))
+    state.file_writes.append(FileWrite("/q", "new", 3, "t1"))
+    tools = {t.name: t for t in fs.provide_tools(state)}
+    ctx = ToolContext("r", "t", "t2")
+    assert (await tools["read_file"].invoke({"path": "/p"}, ctx)).content == "     1\tpending"
+    assert (await tools["ls"].invoke({}, ctx)).content == "/p\t7 bytes\n/q\t3 bytes"
+    assert (await tools["grep"].invoke({"pattern": "e"}, ctx)).content == "/p:1: pending\n/q:1: new"
