@@ -410,3 +410,35 @@ async def test_reads_see_writes_still_in_the_outbox() -> None:
     assert (await tools["read_file"].invoke({"path": "/p"}, ctx)).content == "     1\tpending"
     assert (await tools["ls"].invoke({}, ctx)).content == "/p\t7 bytes\n/q\t3 bytes"
     assert (await tools["grep"].invoke({"pattern": "e"}, ctx)).content == "/p:1: pending\n/q:1: new"
+
+
+async def test_a_runaway_pattern_is_stopped_and_the_worker_loop_keeps_going(
+    monkeypatch: Any,
+) -> None:
+    from hango_worker.agent import files
+
+    monkeypatch.setattr(files, "GREP_TIMEOUT_S", 1.0)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    turns = [
+        {"tool_calls": [call("write_file", path="/a", content="a" * 27 + "b")]},
+        {"tool_calls": [call("grep", pattern="(a+)+$")]},
+        {"tool_calls": [call("grep", pattern="b$")]},
+        {"text": "ok"},
+    ]
+    task = asyncio.create_task(ticker())
+    try:
+        outcome, _, io = await run_agent(agent(tools=FILE_TOOLS), scripted(*turns))
+    finally:
+        task.cancel()
+    assert outcome.status == "succeeded"
+    stopped = io.tool_results["toolu_s0001_0"]
+    assert stopped.is_error and "took longer than 1 s and was stopped" in stopped.content
+    assert io.tool_results["toolu_s0002_0"].content == "/a:1: " + "a" * 27 + "b"
+    assert ticks >= 5  # the event loop ran while the pattern was being matched

@@ -15,15 +15,21 @@ The limits, documented in docs/system-architecture.md ("Run files"):
   about `PAGE_CHARS` characters; a page that stops before the end says which
   offset reads on. Lines are the text split at `\\n`, so pages joined with `\\n`
   give the content back exactly (a final newline shows as a last, empty line);
-- `grep` uses Python `re` on each line, shows at most `MAX_GREP_MATCHES` matches;
+- `grep` uses Python `re` on each line, shows at most `MAX_GREP_MATCHES` matches,
+  and runs in a child process stopped after `GREP_TIMEOUT_S`: a pattern that
+  backtracks exponentially (`(a+)+$`) would otherwise hold the worker's event
+  loop, and with it every run of the worker;
 - one `write_file` or `edit_file` result holds at most `MAX_FILE_BYTES` bytes
   of UTF-8.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import posixpath
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,6 +42,7 @@ PAGE_CHARS = 100_000
 MAX_GREP_MATCHES = 100
 GREP_LINE_WIDTH = 300
 MAX_PATTERN_CHARS = 1000
+GREP_TIMEOUT_S = 10.0
 MAX_LS_ENTRIES = 1000
 HEAD_CHARS = 1000
 
@@ -145,6 +152,49 @@ def grep(rx: re.Pattern[str], files: Iterable[tuple[str, str]]) -> str:
             f"[{total - len(shown)} more matching lines not shown; narrow the pattern or the path]"
         )
     return "\n".join(shown)
+
+
+_CHILD = "from hango_worker.agent.files import grep_stdin; grep_stdin()"
+
+
+def grep_stdin() -> None:
+    """The child process of `grep_isolated`: {pattern, files} on stdin, the answer out."""
+    req = json.load(sys.stdin)
+    rx = re.compile(req["pattern"])
+    sys.stdout.write(grep(rx, [(p, c) for p, c in req["files"]]))
+
+
+async def grep_isolated(
+    rx: re.Pattern[str], files: list[tuple[str, str]], timeout_s: float | None = None
+) -> str:
+    """`grep` in a child process, killed after `timeout_s` (default GREP_TIMEOUT_S) or
+    when the call is cancelled."""
+    timeout_s = GREP_TIMEOUT_S if timeout_s is None else timeout_s
+    payload = json.dumps({"pattern": rx.pattern, "files": files}).encode()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CHILD,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(payload), timeout_s)
+    except TimeoutError:
+        raise FileError(
+            f"matching {rx.pattern!r} took longer than {timeout_s:g} s and was stopped (nested "
+            "repetition such as (a+)+ can take exponential time); simplify the pattern or "
+            "narrow the path"
+        ) from None
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    if proc.returncode != 0:
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+        raise FileError(f"grep failed: {last[0][:300]}")
+    return out.decode()
 
 
 def edit(content: str, path: str, old: Any, new: Any, replace_all: Any) -> tuple[str, int]:

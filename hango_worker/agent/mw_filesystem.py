@@ -66,7 +66,8 @@ SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "grep": (
         "Search the run's files for lines matching a regular expression (Python re "
         "syntax), in one file or under a directory (default: all files). Shows "
-        f"path:line: text, at most {f.MAX_GREP_MATCHES} matches.",
+        f"path:line: text, at most {f.MAX_GREP_MATCHES} matches; a search is stopped "
+        f"after {f.GREP_TIMEOUT_S:g} s.",
         _schema({"pattern": _STR, "path": _PATH}, ["pattern"]),
     ),
     "write_file": (
@@ -188,7 +189,7 @@ class Filesystem:
         if not paths:
             return f"no files under {where}"
         contents = [(p, await self._content(state, p) or "") for p in paths]
-        return f.grep(rx, contents)
+        return await f.grep_isolated(rx, contents)
 
     async def _write_file(self, state: State, args: dict[str, Any], ctx: ToolContext) -> str:
         path = self._writable(args.get("path"))
