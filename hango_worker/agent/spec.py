@@ -21,6 +21,8 @@ class AgentConfig(Budget):
     temperature: float | None = Field(default=None, ge=0, le=1)
     # at a limit (max_turns): one last tool-free call for the answer, or fail (agent/limits.py)
     on_limit: Literal["answer", "fail"] = "answer"
+    # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
+    offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
 
 
 class AgentSpecError(ValueError):

@@ -124,3 +124,12 @@ def _runs(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
         sp = cmd(verb, fn, h, rs)
         sp.add_argument("run_id", type=a_uuid("a run id"))
         sp.add_argument("--json", action="store_true")
+    fl = cmd("files", c.cmd_runs_files, "the run's files: path, size, tool call, updated", rs)
+    fl.add_argument("run_id", type=a_uuid("a run id"))
+    fl.add_argument("--json", action="store_true")
+    f1 = cmd(
+        "file", c.cmd_runs_file, "print one of the run's files (control sequences removed)", rs
+    )
+    f1.add_argument("run_id", type=a_uuid("a run id"))
+    f1.add_argument("path", type=text, help="the file's path, as `runs files` lists it")
+    f1.add_argument("--json", action="store_true", help="with size, tool call and times")

@@ -264,8 +264,7 @@ def _build_loop(deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO) -> AgentLo
     agent, run_id, over = loaded.agent, c.run_id, loaded.overrides
     budget = merge(agent.config, over)
     obs = deps.observer
-    threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
-    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
+    chain = Chain(default_stack(StackConfig.for_agent(agent, io, s.repeat_call_threshold)))
     settings = LoopSettings(
         max_turns=(over and over.max_turns) or agent.config.max_turns or s.max_turns,
         model_retries=s.model_retries,
