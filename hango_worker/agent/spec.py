@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -17,6 +17,9 @@ class AgentConfig(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
     temperature: float | None = Field(default=None, ge=0, le=1)
+    # whose long-term memory the `memory` tool edits: the agent's (shared by all its
+    # runs; None = "agent"), the session's, or the caller's (the run's `memory_key`)
+    memory_scope: Literal["agent", "session", "key"] | None = None
 
 
 class AgentSpecError(ValueError):

@@ -10,18 +10,33 @@ from dataclasses import dataclass
 
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
+from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
+from hango_worker.agent.mw_memory import Memory, MemoryBinding
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
+# tools the stack's middlewares offer (each only to agents that list it)
+PROVIDED_TOOLS = (TODO_TOOL, MEMORY_TOOL)
 
 
 @dataclass(frozen=True, slots=True)
 class StackConfig:
     allowlist: tuple[str, ...]
     repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD
+    # the run's memory store and scope; required when the agent lists the memory tool
+    memory: MemoryBinding | None = None
+
+
+def _memory(cfg: StackConfig) -> Memory | None:
+    """Memory only for agents that list its tool (others: no load, no block)."""
+    if MEMORY_TOOL not in cfg.allowlist:
+        return None
+    if cfg.memory is None:
+        raise ValueError("the agent lists the memory tool but the stack has no memory store")
+    return Memory(cfg.memory)
 
 
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
@@ -44,11 +59,11 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # PromptCache: before Memory, so memory edits land after the cached prefix.
         None,
         # Memory: after the cache breakpoint; its blocks change often.
-        None,
+        _memory(cfg),
         # HumanInTheLoop: just outside the allowlist, so approvals see calls after every
         # rewrite; it sees a call before the allowlist does, so it must skip banned tools.
         None,
         # ToolAllowlist: last = innermost, so no middleware can re-add a banned tool.
         # (`provided`: tools this stack offers every agent; unlisted ones are dropped quietly.)
-        ToolAllowlist(cfg.allowlist, provided=(TODO_TOOL,)),
+        ToolAllowlist(cfg.allowlist, provided=PROVIDED_TOOLS),
     ]

@@ -35,6 +35,16 @@ MW_REPEAT_BLOCKED = Counter(
     "Identical tool calls blocked by the repeat-call middleware.",
     ["gen_ai_tool_name"],
 )
+# Memory writes (agent/mw_memory.py): command is one of the memory tool's five write
+# commands; result ok | conflict (a newer version won) | rejected (a bad command: path,
+# size, missing file…) | fenced (the worker lost the run's lease: nothing written).
+MEMORY_COMMANDS = ("create", "str_replace", "insert", "delete", "rename")
+MEMORY_RESULTS = ("ok", "conflict", "rejected", "fenced")
+MEMORY_WRITES = Counter(
+    "hango_memory_writes_total",
+    "Memory tool writes, by command and result.",
+    ["command", "result"],
+)
 RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
 RUNS_FINISHED = Counter(
     "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]
@@ -146,6 +156,9 @@ def _initialise() -> None:
         MODEL_FAILURES.labels(etype)
     for state in ("used", "total"):
         WORKER_SLOTS.labels(state)
+    for command in MEMORY_COMMANDS:
+        for result in MEMORY_RESULTS:
+            MEMORY_WRITES.labels(command, result)
 
 
 _initialise()
