@@ -7,6 +7,7 @@ tenants, conflicts and fencing.
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -379,3 +380,61 @@ async def test_a_fenced_out_write_stores_nothing(pool: asyncpg.Pool) -> None:
     assert await pool.fetchval("SELECT count(*) FROM memories") == 0
     assert io.lost  # the run's next checkpoint raises Fenced without a query
     assert writes("create", "fenced") - before == 1
+
+
+# -- the operators' CLI ------------------------------------------------------------------------
+
+
+async def test_memory_cli_lists_shows_and_removes_files_with_clear_exit_codes(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    from tests.test_cli import cli
+
+    cfg = '{"memory_scope": "key"}'
+    cli(
+        dsn,
+        "agents",
+        "create",
+        "--name",
+        "mem",
+        "--model",
+        "m",
+        "--tool",
+        "memory",
+        "--config",
+        cfg,
+    )
+    run_id = cli(dsn, "enqueue", "--agent", "mem", "--input", "hi", "--memory-key", "alice").stdout
+    run = await details(pool, run_id.strip())
+    assert run["input"] == {"text": "hi", "memory_key": "alice"}
+    bad = cli(dsn, "enqueue", "--agent", "mem", "--input", "hi", "--memory-key", " ", ok=False)
+    assert bad.returncode == 2 and "--memory-key: must not be empty" in bad.stderr
+    agent_id = (await repo.find_agent(pool, repo.DEFAULT_TENANT_ID, "mem"))["id"]
+    for scope, key, content in (("key", "alice", "likes tea\n"), ("agent", "", "shared\n")):
+        await pool.execute(
+            "INSERT INTO memories (tenant_id, agent_id, scope, scope_key, path, content, size) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            repo.DEFAULT_TENANT_ID, agent_id, scope, key, NOTES, content, len(content),
+        )  # fmt: skip
+    listed = json.loads(cli(dsn, "memory", "ls", "--json").stdout)
+    assert [(f["scope"], f["scope_key"], f["path"]) for f in listed] == [
+        ("agent", "", NOTES),
+        ("key", "alice", NOTES),
+    ]
+    one = cli(dsn, "memory", "ls", "--agent", "mem", "--key", "alice").stdout.splitlines()
+    assert len(one) == 1 and "key:alice" in one[0] and one[0].endswith(NOTES)
+    shown = cli(dsn, "memory", "show", NOTES, "--agent", "mem", "--key", "alice").stdout
+    assert shown == "likes tea\n"
+    assert cli(dsn, "memory", "show", NOTES, "--agent", "mem").stdout == "shared\n"
+    gone = cli(dsn, "memory", "rm", NOTES, "--agent", "mem", "--key", "alice").stdout
+    assert gone.strip() == f"deleted {NOTES} (version 1)"
+    for args, code, says in (
+        (("show", NOTES, "--agent", "mem", "--key", "alice"), 3, "no memory file"),
+        (("rm", NOTES, "--agent", "mem", "--key", "alice"), 3, "no memory file"),
+        (("show", "/memories/../x", "--agent", "mem"), 2, "would escape /memories"),
+        (("ls", "--agent", "nobody"), 3, "no agent 'nobody'"),
+        (("show", NOTES), 2, "--agent"),
+    ):
+        p = cli(dsn, "memory", *args, ok=False)
+        assert p.returncode == code and says in p.stderr, (args, p.stderr)
+    assert await pool.fetchval("SELECT count(*) FROM memories") == 1
