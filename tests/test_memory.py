@@ -438,3 +438,29 @@ async def test_memory_cli_lists_shows_and_removes_files_with_clear_exit_codes(
         p = cli(dsn, "memory", *args, ok=False)
         assert p.returncode == code and says in p.stderr, (args, p.stderr)
     assert await pool.fetchval("SELECT count(*) FROM memories") == 1
+
+
+async def test_a_write_the_store_could_not_complete_says_its_outcome_is_unknown() -> None:
+    class Broken(InMemoryMemoryStore):
+        async def update(self, *args: Any, **kwargs: Any) -> Any:
+            raise ConnectionResetError("server closed the connection")
+
+    store = Broken()
+    before = writes("insert", "failed")
+    out, _, io = await run_agent(
+        agent(tools=["memory"]),
+        scripted(
+            {"tool_calls": [mem(command="create", path=NOTES, file_text="a")]},
+            {"tool_calls": [mem(command="insert", path=NOTES, insert_line=0, insert_text="b")]},
+            {"text": "done"},
+        ),
+        memory=store,
+    )
+    assert out.status == "succeeded"
+    failed = results(io)[-1]
+    assert failed.is_error and failed.outcome == "crashed"
+    assert failed.content == (
+        "The memory insert could not be completed (ConnectionResetError: server closed the "
+        f"connection); it may or may not have been applied. View {NOTES} before trying again."
+    )
+    assert writes("insert", "failed") - before == 1

@@ -243,6 +243,16 @@ class Memory:
             if command in WRITES:
                 metrics.MEMORY_WRITES.labels(str(command), "rejected").inc()
             return ToolResult.error(str(e))
+        except Exception as e:  # the store failed (e.g. the database went away mid-write)
+            if command not in WRITES:
+                raise
+            metrics.MEMORY_WRITES.labels(str(command), "failed").inc()
+            where = args.get("path") or args.get("old_path") or mf.ROOT
+            return ToolResult.error(
+                f"The memory {command} could not be completed ({type(e).__name__}: {e}); it "
+                f"may or may not have been applied. View {where} before trying again.",
+                "crashed",
+            )
         return ToolResult.error(
             f"Unknown command {command!r}: the memory tool's commands are {', '.join(COMMANDS)}"
         )

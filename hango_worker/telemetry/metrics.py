@@ -37,9 +37,10 @@ MW_REPEAT_BLOCKED = Counter(
 )
 # Memory writes (agent/mw_memory.py): command is one of the memory tool's five write
 # commands; result ok | conflict (a newer version won) | rejected (a bad command: path,
-# size, missing file…) | fenced (the worker lost the run's lease: nothing written).
+# size, missing file…) | fenced (the worker lost the run's lease: nothing written) |
+# failed (the store raised, e.g. the database went away: outcome unknown).
 MEMORY_COMMANDS = ("create", "str_replace", "insert", "delete", "rename")
-MEMORY_RESULTS = ("ok", "conflict", "rejected", "fenced")
+MEMORY_RESULTS = ("ok", "conflict", "rejected", "fenced", "failed")
 MEMORY_WRITES = Counter(
     "hango_memory_writes_total",
     "Memory tool writes, by command and result.",
