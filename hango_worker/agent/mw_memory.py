@@ -38,7 +38,7 @@ WRITES = COMMANDS[1:]
 MAX_INDEX_FILES = 100
 MAX_VIEW_FILES = 500
 # Versions remembered per run (the files it viewed or wrote), oldest forgotten first.
-MAX_SEEN = 256
+MAX_SEEN = 64
 MAX_MEMORY_KEY_CHARS = 200
 
 DESCRIPTION = f"""\
