@@ -173,7 +173,7 @@ class Memory:
     def __init__(self, binding: MemoryBinding) -> None:
         self.store = binding.store
         self.scope = binding.scope
-        self._index: list[MemoryEntry] | None = None
+        self._text: str | None = None  # the index block, rendered once per attempt
         self._bound: tuple[State, Tool] | None = None
 
     # -- RunHook / PromptContributor -------------------------------------------------------
@@ -181,7 +181,7 @@ class Memory:
     async def before_run(self, state: State) -> None:
         """Load the index once per attempt (its own child span of agent.before_run)."""
         entries = await self.store.index(self.scope, mf.ROOT + "/", MAX_INDEX_FILES + 1)
-        self._index = entries
+        self._text = self.render_index(entries)
         # on this hook's own span (the chain opens one per hook under agent.before_run)
         trace.get_current_span().add_event(
             "agent.memory_loaded",
@@ -193,9 +193,7 @@ class Memory:
         )
 
     def system_blocks(self, state: State) -> list[TextBlock]:
-        if self._index is None:
-            return []
-        return [TextBlock(text=self.render_index(self._index))]
+        return [] if self._text is None else [TextBlock(text=self._text)]
 
     def render_index(self, entries: list[MemoryEntry]) -> str:
         shown = entries[:MAX_INDEX_FILES]
