@@ -67,6 +67,9 @@ async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restore
     empty_dsn: str,
 ) -> None:
     await migrate.upgrade(empty_dsn, "head")
+    assert "memories" in await _tables(empty_dsn)
+    await migrate.downgrade(empty_dsn, "-1")  # 0005 → 0004
+    assert "memories" not in await _tables(empty_dsn)
     assert "limit_reached" in await _columns(empty_dsn, "runs")
     assert "run_files" in await _tables(empty_dsn)
     await migrate.downgrade(empty_dsn, "-1")  # 0004 → 0003
