@@ -100,6 +100,7 @@ class AgentLoop:
             st.capture_content,
         )
         # bound once, so the chain composes its onion once per run, not per call
+        self._side_call_handler = self._side_call
         self._base_model_handler = self._base_model
         self._base_tool_handler = self._base_tool
 
@@ -198,7 +199,12 @@ class AgentLoop:
                 max_tokens=self.agent.config.max_tokens,
                 temperature=self.agent.config.temperature,
             )
-            req = ModelRequest(request=request, state=state, on_text=self.on_text)
+            req = ModelRequest(
+                request=request,
+                state=state,
+                on_text=self.on_text,
+                call_model=self._side_call_handler,
+            )
             resp = await self.chain.model_call(req, self._base_model_handler)
             self._usage.add(resp.usage)
             state.messages.append(resp.message)
@@ -328,6 +334,13 @@ class AgentLoop:
             thinking=request.thinking,
         )
         return await self._model.call(request, req.on_text)
+
+    async def _side_call(self, request: Request) -> ModelResponse:
+        """A middleware's own model call (ModelRequest.call_model): the run's retries,
+        cancel and `chat` span; its usage is the run's."""
+        resp = await self._model.call(request, None)
+        self._usage.add(resp.usage)
+        return resp
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:
         tool = self._tools.get(req.call.name)

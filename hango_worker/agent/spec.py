@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hango_worker.provider.types import TextBlock
 
@@ -17,6 +17,20 @@ class AgentConfig(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
     temperature: float | None = Field(default=None, ge=0, le=1)
+    # compaction (agent/mw_summarize.py); unset: the model's window, 0.8, 0.5, 5, the agent's model
+    context_window: int | None = Field(default=None, ge=1024, le=10_000_000)
+    compact_trigger: float | None = Field(default=None, gt=0, le=1)
+    compact_target: float | None = Field(default=None, gt=0, lt=1)
+    keep_tool_results: int | None = Field(default=None, ge=1, le=10_000)
+    summary_model: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _target_below_trigger(self) -> AgentConfig:
+        trigger = 0.8 if self.compact_trigger is None else self.compact_trigger
+        target = 0.5 if self.compact_target is None else self.compact_target
+        if target >= trigger:
+            raise ValueError(f"compact_target ({target}) must be below compact_trigger ({trigger})")
+        return self
 
 
 class AgentSpecError(ValueError):

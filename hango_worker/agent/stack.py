@@ -6,12 +6,14 @@ the chain, so the order of the finished product is visible today.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hango_worker.agent.compaction import CompactionConfig
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
+from hango_worker.agent.mw_summarize import Summarization
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
 
@@ -22,6 +24,7 @@ DEFAULT_REPEAT_CALL_THRESHOLD = 3
 class StackConfig:
     allowlist: tuple[str, ...]
     repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
 
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
@@ -34,7 +37,7 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # Subagent: delegation sees the filesystem tools but not the parent's summaries.
         None,
         # Summarization: after filesystem, so it compacts what is left in the context.
-        None,
+        Summarization(cfg.compaction),
         # RepairToolCalls: before anything reads history, so all later hooks see a valid one.
         RepairToolCalls(),
         # Todo: early among contributors, so the plan sits before the cache breakpoint.

@@ -12,6 +12,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.compaction import CompactionConfig
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
@@ -243,7 +244,8 @@ def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> Ag
     s = deps.settings
     obs = deps.observer
     threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
-    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
+    compaction = CompactionConfig.of(agent.config)
+    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold, compaction)))
     settings = LoopSettings(
         max_turns=agent.config.max_turns or s.max_turns,
         model_retries=s.model_retries,

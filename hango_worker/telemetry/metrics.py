@@ -35,6 +35,17 @@ MW_REPEAT_BLOCKED = Counter(
     "Identical tool calls blocked by the repeat-call middleware.",
     ["gen_ai_tool_name"],
 )
+# Compaction (agent/mw_summarize.py): rungs applied, and each request's size.
+COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")
+COMPACTIONS = Counter(
+    "hango_compactions_total", "Compaction rungs applied to a model request.", ["rung"]
+)
+CONTEXT_FRACTION_BUCKETS = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5]
+CONTEXT_TOKENS = Histogram(
+    "hango_context_tokens",
+    "Input tokens of each model request as a fraction of the model's context window.",
+    buckets=CONTEXT_FRACTION_BUCKETS,
+)
 RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
 RUNS_FINISHED = Counter(
     "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]
@@ -146,6 +157,8 @@ def _initialise() -> None:
         MODEL_FAILURES.labels(etype)
     for state in ("used", "total"):
         WORKER_SLOTS.labels(state)
+    for rung in COMPACTION_RUNGS:
+        COMPACTIONS.labels(rung)
 
 
 _initialise()

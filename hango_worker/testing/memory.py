@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.compaction import CompactionConfig
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.ports import Event, Outcome
@@ -95,7 +96,8 @@ async def run_agent(
     )
     if stack is None:
         threshold = agent.config.repeat_call_threshold or 3
-        stack = default_stack(StackConfig(tuple(agent.tools), threshold))
+        compaction = CompactionConfig.of(agent.config)
+        stack = default_stack(StackConfig(tuple(agent.tools), threshold, compaction))
     state = state or make_state(agent)
     io = io or MemoryRunIO()
     settings = LoopSettings(

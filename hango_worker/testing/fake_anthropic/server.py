@@ -218,7 +218,7 @@ class FakeAnthropic:
         try:
             self._authenticate(rec)
             validate_request(body, rec.headers, counting=path == COUNT_TOKENS_PATH)
-            rec.input_tokens = count_tokens(body)
+            rec.input_tokens = count_tokens(rec.body)
             if path == COUNT_TOKENS_PATH:
                 out = {"input_tokens": rec.input_tokens}
                 writer.write(json_response(200, out, {"request-id": rid}))
