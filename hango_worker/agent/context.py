@@ -122,7 +122,11 @@ class ContextEstimate(BaseModel):
     def observe(self, sent_len: int, reported: int, added_chars: int | None) -> None:
         """A response came back: its request becomes the new baseline, and when only
         known content was added since the last one (`added_chars`), the ratio is
-        re-learned from that content's token delta."""
+        re-learned from that content's token delta. A response reporting no input
+        tokens (a provider without usage) leaves no baseline."""
+        if reported <= 0:
+            self.forget()
+            return
         if added_chars is not None and added_chars >= MIN_CALIBRATION_CHARS:
             delta = reported - self.sent_tokens
             if delta > 0:

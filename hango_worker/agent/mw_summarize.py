@@ -79,17 +79,17 @@ class Summarization:
         if self.cfg.keep_tool_results < 1:
             raise ValueError("keep_tool_results must be at least 1")
         self._view = _View()
-        self._fixed_chars = 0  # system + tools of the last request (estimates without usage)
+        self._system_chars = 0  # of the last request (estimates with no usage to build on)
+        self._tools: tuple[tuple[str, ...], int] = ((), 0)  # tool names → their size
 
     async def wrap_model_call(self, req: ModelRequest, next: ModelHandler) -> ModelResponse:
         st, _ = load_private(req.state, self.name, cp.CompactionState)
         msgs = req.request.messages
-        if not st.fits(msgs):
-            st = cp.CompactionState(estimate=st.estimate)
+        if not st.fits(msgs):  # not this history's boundaries: start afresh
+            st = cp.CompactionState()
         window = context_window(req.request.model, self.cfg.context_window)
-        fixed = self._fixed_chars or tools_chars(req.request.tools)
         tokens, added = st.estimate.next_tokens(
-            msgs, lambda: fixed + messages_chars(cp.view(msgs, st))
+            msgs, lambda: self._fixed(req.request) + messages_chars(cp.view(msgs, st))
         )
         if tokens > self.cfg.compact_trigger * window:
             await self._compact(req, _Plan(st, msgs, tokens, int(self.cfg.compact_target * window)))
@@ -111,8 +111,8 @@ class Summarization:
         """Apply rungs until the estimate is under the goal (or none is left)."""
         msgs, st = p.msgs, p.st
         keep = cp.keep_from(msgs, st.dropped_upto, self.cfg.keep_tool_results)
-        if keep > max(st.clear_before, st.dropped_upto):
-            saved = cp.clear_saving(msgs, st, keep)
+        saved = cp.clear_saving(msgs, st, keep) if keep > st.clear_before else 0
+        if saved > 0:
             st.clear_before = keep
             self._applied("clear_tool_results", p, p.tokens - st.estimate.tokens(saved))
             if p.tokens <= p.goal:
@@ -152,7 +152,9 @@ class Summarization:
             return
         unsummarised_note = len(cp.head_note(st) or "")
         model = self.cfg.summary_model or req.request.model
-        window = context_window(model, self.cfg.context_window)
+        window = context_window(
+            model, self.cfg.context_window if model == req.request.model else None
+        )
         budget = int(window * SUMMARY_INPUT_FRACTION * st.estimate.chars_per_token)
         prompt = cp.summary_prompt(st.summary, msgs[st.summary_upto : st.dropped_upto], budget)
         resp = await req.call_model(
@@ -198,11 +200,21 @@ class Summarization:
         v.upto = len(msgs)
         return list(v.messages)
 
+    def _tools_chars(self, request: Request) -> int:
+        key = tuple(t.name for t in request.tools)
+        if self._tools[0] != key:
+            self._tools = (key, tools_chars(request.tools))
+        return self._tools[1]
+
+    def _fixed(self, request: Request) -> int:
+        """System prompt + tools in characters (the system as measured last call)."""
+        return self._system_chars + self._tools_chars(request)
+
     def _fits_check(self, request: Request, st: cp.CompactionState, window: int) -> SystemRewrite:
         """Measures the assembled system prompt (for estimates with no usage yet) and
         fails the run, before the call, when even the system prompt, the tools and the
         first message cannot fit the window: no compaction could ever help."""
-        tools = tools_chars(request.tools)
+        tools = self._tools_chars(request)
         first = message_chars(request.messages[0]) if request.messages else 0
         setting = (
             f"the agent's context_window ({window} tokens)"
@@ -212,8 +224,8 @@ class Summarization:
         )
 
         def check(system: list[TextBlock]) -> list[TextBlock]:
-            self._fixed_chars = system_chars(system) + tools
-            need = st.estimate.tokens(self._fixed_chars + first)
+            self._system_chars = system_chars(system)
+            need = st.estimate.tokens(self._system_chars + tools + first)
             if need > window:
                 raise ModelError(
                     ErrorType.CONTEXT_WINDOW_TOO_SMALL,
