@@ -92,14 +92,15 @@ class Summarization:
             msgs, lambda: self._fixed(req.request) + messages_chars(cp.view(msgs, st))
         )
         if tokens > self.cfg.compact_trigger * window:
-            await self._compact(req, _Plan(st, msgs, tokens, int(self.cfg.compact_target * window)))
-            added = None
+            plan = _Plan(st, msgs, tokens, int(self.cfg.compact_target * window))
+            await self._compact(req, plan)
+            tokens, added = plan.tokens, None
             st.estimate.forget()
             store_private(req.state, self.name, st)
         req = req.with_request(messages=self._view_of(req.state.run_id, msgs, st))
         req = req.rewrite_system(self._fits_check(req.request, st, window))
         resp = await next(req)
-        reported = request_tokens(resp.usage)
+        reported = request_tokens(resp.usage) or tokens  # a provider without usage: ours
         metrics.CONTEXT_TOKENS.observe(reported / window)
         st.estimate.observe(len(msgs), reported, added)
         store_private(req.state, self.name, st)
