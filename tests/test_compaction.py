@@ -145,6 +145,13 @@ def compactions(rung: str) -> float:
     return REGISTRY.get_sample_value("hango_compactions_total", {"rung": rung}) or 0.0
 
 
+def context_sizes() -> tuple[float, float, float]:
+    """hango_context_tokens: (count, sum, requests at most 0.8 of the window)."""
+    get = REGISTRY.get_sample_value
+    under = get("hango_context_tokens_bucket", {"le": "0.8"}) or 0.0
+    return (get("hango_context_tokens_count") or 0.0, get("hango_context_tokens_sum") or 0.0, under)
+
+
 def rungs_seen(spans: Any) -> list[str]:
     reasons = [
         e.attributes.get("hango.middleware.reason", "")
@@ -229,6 +236,7 @@ async def test_the_ladder_stops_at_the_first_rung_that_suffices(
     await make_agent(pool, keep_tool_results=2)
     fake.handler = PageModel(8)
     before = {r: compactions(r) for r in cp.RUNGS}
+    sizes_before = context_sizes()
     run_id = await enqueue(pool)
     await work(dsn, fake)
     assert (await details(pool, run_id))["status"] == "succeeded"
@@ -239,6 +247,10 @@ async def test_the_ladder_stops_at_the_first_rung_that_suffices(
     assert compactions("clear_tool_results") - before["clear_tool_results"] == len(seen)
     assert compactions("sliding_window") == before["sliding_window"]
     assert compactions("summary") == before["summary"]
+    # hango_context_tokens: each request's reported size / the window, all of them < 0.8
+    count, total, under = (a - b for a, b in zip(context_sizes(), sizes_before, strict=True))
+    assert count == under == 9
+    assert total == pytest.approx(sum(r.input_tokens or 0 for r in sent) / WINDOW)
     # every request keeps the first message and all turns; only old results became notes
     last = sent[-1].body["messages"]
     assert len(last) == 1 + 2 * 8
