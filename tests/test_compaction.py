@@ -9,8 +9,10 @@ messages a request holds, so the next move is read from the last tool result ins
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -457,3 +459,45 @@ def test_the_estimate_reads_only_what_was_added() -> None:
     assert est.next_tokens([*other, *new], lambda: 0) == (tokens, added)
     est.observe(len(msgs) + 1, 10_000 + 754, added)  # the fake's 4 chars per token
     assert est.chars_per_token == pytest.approx(messages_chars(new) / 754)
+
+
+async def test_a_cancel_during_the_summary_call_ends_the_run_cleanly(
+    pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic
+) -> None:
+    """The summary call is the run's model call: a cancel interrupts it, the run ends
+    `cancelled` with every message kept and no summary recorded; a resume pays for it."""
+    await make_agent(pool)
+    pages = PageModel(6)
+    release = threading.Event()
+    summary_started = threading.Event()
+
+    async def handler(rec: RecordedRequest) -> dict[str, Any]:
+        if is_summary(rec.body) and not release.is_set():
+            summary_started.set()
+            while not release.is_set():  # held until the test has seen the cancel
+                await asyncio.sleep(0.01)
+            return {"text": "too late: the client is gone"}
+        return pages(rec)
+
+    fake.handler = handler
+    run_id = await enqueue(pool)
+    worker = asyncio.create_task(work(dsn, fake))
+    try:
+        assert await asyncio.to_thread(summary_started.wait, 60)
+        assert await repo.request_cancel(pool, repo.DEFAULT_TENANT_ID, run_id) == "running"
+        await asyncio.wait_for(worker, 60)
+    finally:
+        release.set()
+    run = await details(pool, run_id)
+    assert run["status"] == "cancelled"
+    assert len(await stored(pool, run_id)) == 1 + 2 * 5
+    private = run["state_json"]["private"].get("summarization", {})
+    assert private.get("summary") is None and private.get("summary_calls", 0) == 0
+    assert pages.summaries == 0
+
+    await repo.resume(pool, repo.DEFAULT_TENANT_ID, run_id)
+    await work(dsn, fake)
+    run = await details(pool, run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert run["state_json"]["private"]["summarization"]["summary_calls"] == 1
+    assert pages.summaries == 1
