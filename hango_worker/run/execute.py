@@ -245,7 +245,7 @@ def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> Ag
     obs = deps.observer
     threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
     compaction = CompactionConfig.of(agent.config)
-    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold, compaction)))
+    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold, compaction=compaction)))
     settings = LoopSettings(
         max_turns=agent.config.max_turns or s.max_turns,
         model_retries=s.model_retries,

@@ -97,7 +97,7 @@ async def run_agent(
     if stack is None:
         threshold = agent.config.repeat_call_threshold or 3
         compaction = CompactionConfig.of(agent.config)
-        stack = default_stack(StackConfig(tuple(agent.tools), threshold, compaction))
+        stack = default_stack(StackConfig(tuple(agent.tools), threshold, compaction=compaction))
     state = state or make_state(agent)
     io = io or MemoryRunIO()
     settings = LoopSettings(
