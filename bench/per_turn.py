@@ -11,7 +11,9 @@ Table sizes are sampled at a few calls; the sampling time is subtracted.
 
 from __future__ import annotations
 
+import random
 import statistics
+import string
 import time
 import uuid
 from collections.abc import Sequence
@@ -19,11 +21,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+from prometheus_client import REGISTRY
 
 from bench.common import live_bytes, relation_bytes, summarize, windows_for
+from hango_worker.agent.compaction import RUNGS, SUMMARY_SYSTEM
+from hango_worker.agent.context import messages_chars
 from hango_worker.config import load_settings
 from hango_worker.provider.scripted import ScriptedProvider
-from hango_worker.provider.types import Request, Response, TextSink
+from hango_worker.provider.types import (
+    Message,
+    Request,
+    Response,
+    StopReason,
+    TextBlock,
+    TextSink,
+    ToolUseBlock,
+    Usage,
+)
 from hango_worker.service import serve
 from hango_worker.store import db, repo
 from hango_worker.tool.registry import Registry
@@ -75,6 +89,77 @@ STEP_TOOL = Tool(
     _step,
     idempotent=True,
 )
+
+
+# -- the compaction variant: ~8 KB results, a window the run outgrows -----------------------
+
+COMPACT_RESULT_CHARS = 8_000
+COMPACT_WINDOW = 30_000  # tokens (the agent's context_window); defaults for the rest
+
+
+def _text_pool(chars: int = 65_536) -> str:
+    """Deterministic prose-like text that Postgres cannot compress away."""
+    rnd = random.Random(7)
+    words = ["".join(rnd.choices(string.ascii_lowercase, k=rnd.randint(2, 9))) for _ in range(4096)]
+    out: list[str] = []
+    size = 0
+    while size < chars:
+        w = rnd.choice(words)
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)
+
+
+_POOL = _text_pool()
+
+
+async def _big_step(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    start = (int(args["n"]) * 7919) % (len(_POOL) - COMPACT_RESULT_CHARS)
+    return ToolResult(f"step {args['n']}: " + _POOL[start : start + COMPACT_RESULT_CHARS])
+
+
+BIG_STEP_TOOL = Tool(
+    "step",
+    "Does step n and reports at length.",
+    {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    _big_step,
+    idempotent=True,
+)
+
+
+class CountingModel:
+    """Zero-latency model for the compaction variant: its k-th turn call plays turn k
+    whatever the (compacted) history holds; summary requests get a short summary.
+    Reports input tokens as the fake Anthropic server counts them (chars / 4)."""
+
+    name = "scripted"
+
+    def __init__(self, turns: int, rec: TurnRecorder) -> None:
+        self.turns, self.rec = turns, rec
+        self.calls = 0
+        self.summaries = 0
+
+    async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
+        tokens = Usage(input_tokens=max(1, messages_chars(request.messages) // 4), output_tokens=8)
+        if request.system and request.system[0].text == SUMMARY_SYSTEM:
+            self.summaries += 1
+            summary = Message("assistant", [TextBlock(f"Steps 0-{self.calls} were done.")])
+            return Response(summary, StopReason.END_TURN, tokens)
+        await self.rec.on_call()
+        i, self.calls = self.calls, self.calls + 1
+        if i >= self.turns:
+            return Response(
+                Message("assistant", [TextBlock("All steps done.")]), StopReason.END_TURN, tokens
+            )
+        call = ToolUseBlock(f"toolu_b{i:05d}", "step", {"n": i})
+        msg = Message("assistant", [TextBlock(f"Turn {i}."), call])
+        return Response(msg, StopReason.TOOL_USE, tokens)
+
+
+def compactions() -> dict[str, float]:
+    return {
+        r: REGISTRY.get_sample_value("hango_compactions_total", {"rung": r}) or 0.0 for r in RUNGS
+    }
 
 
 # -- recording ------------------------------------------------------------------------------
@@ -145,8 +230,11 @@ class StampingProvider:
 # -- one hango run --------------------------------------------------------------------------
 
 
-async def hango_run(dsn: str, turns: int, *, todo: bool = False) -> dict[str, Any]:
-    """One `turns`-turn run through serve(); per-turn wall/CPU and bytes stored."""
+async def hango_run(
+    dsn: str, turns: int, *, todo: bool = False, compact: bool = False
+) -> dict[str, Any]:
+    """One `turns`-turn run through serve(); per-turn wall/CPU and bytes stored.
+    `compact`: ~8 KB tool results and a window the run outgrows (the ladder at work)."""
     pool = await db.create_pool(dsn, min_size=1, max_size=2)
     conn = await asyncpg.connect(dsn)
     try:
@@ -159,10 +247,14 @@ async def hango_run(dsn: str, turns: int, *, todo: bool = False) -> dict[str, An
             model="scripted",
             system=["You are a benchmark agent."],
             tools=tools,
-            config={},
+            config={"context_window": COMPACT_WINDOW} if compact else {},
         )
         rec = TurnRecorder(conn, HANGO_TABLES, frozenset(sample_points(turns)))
-        provider = StampingProvider(ScriptedProvider(script(turns, todo)), rec)
+        model = CountingModel(turns, rec)
+        provider = (
+            model if compact else StampingProvider(ScriptedProvider(script(turns, todo)), rec)
+        )
+        rungs_before = compactions()
         before = await relation_bytes(conn, HANGO_TABLES)
         live_before = await live_bytes(conn, HANGO_TABLES)
         ids = await repo.enqueue(
@@ -180,7 +272,7 @@ async def hango_run(dsn: str, turns: int, *, todo: bool = False) -> dict[str, An
             dsn,
             until_idle=True,
             provider=provider,
-            registry=Registry([STEP_TOOL]),
+            registry=Registry([BIG_STEP_TOOL if compact else STEP_TOOL]),
             logs=False,
         )
         total_s = time.perf_counter() - started
@@ -192,7 +284,11 @@ async def hango_run(dsn: str, turns: int, *, todo: bool = False) -> dict[str, An
         await pool.close()
     if status != "succeeded":
         raise RuntimeError(f"hango per-turn run ended {status}")
-    return run_result(rec, turns, total_s, after - before, live)
+    out = run_result(rec, turns, total_s, after - before, live)
+    if compact:
+        out["summary_calls"] = model.summaries
+        out["compactions"] = {r: n - rungs_before[r] for r, n in compactions().items()}
+    return out
 
 
 def run_result(
@@ -233,6 +329,9 @@ def aggregate(runs: list[dict[str, Any]], turns: int) -> dict[str, Any]:
     out["bytes_windows"] = {k: summarize([r["bytes_windows"][k] for r in runs]) for k in keys}
     out["total_s"] = summarize([r["total_s"] for r in runs])
     out["series_ms"] = [statistics.median(r["per_turn_ms"][i] for r in runs) for i in range(turns)]
+    if runs and "summary_calls" in runs[0]:
+        out["summary_calls"] = summarize([r["summary_calls"] for r in runs])
+        out["compactions"] = {k: summarize([r["compactions"][k] for r in runs]) for k in RUNGS}
     if runs and "lag_s" in runs[0]:
         out["lag_s"] = summarize([r["lag_s"] for r in runs])
     return out

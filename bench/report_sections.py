@@ -12,6 +12,7 @@ PLOT_NAME = "benchmarks-per-turn.png"
 LABELS = {
     "hango": "hango-worker",
     "hango+todo": "hango-worker, write_todos every 10th turn",
+    "hango+compaction": "hango-worker, 8 KB tool results, 30k-token window (compaction)",
     "langchain-sync": 'LangChain create_agent, durability="sync"',
     "langchain-sync+todo": 'LangChain + TodoListMiddleware, durability="sync"',
     "langchain-default": "LangChain create_agent, default durability (async)",
@@ -68,6 +69,7 @@ def summary(r: dict[str, Any]) -> str:
                     f"{fmt(res['live_bytes_per_turn'], ' B', 0)}",
                 ]
             )
+        rows += _compaction_summary(v, first, last)
     tp = r.get("throughput")
     if tp:
         for n, res in tp["by_procs"].items():
@@ -186,6 +188,8 @@ def per_turn_section(r: dict[str, Any]) -> str:
             f"**{fmt(lag, ' s')}** after the last model call (the backlog of checkpoint "
             "writes still to commit). The durable comparison is the `sync` row."
         )
+    if "hango+compaction" in v:
+        parts.append(_compaction_note(v["hango+compaction"]))
     parts.append(
         "Settings that differ: hango-worker's default stack always carries Todo (its "
         "`write_todos` tool reaches the model only when the agent lists it, as in the "
@@ -193,6 +197,34 @@ def per_turn_section(r: dict[str, Any]) -> str:
     )
     parts.append(f"![per-turn cost against turn index]({PLOT_NAME})")
     return "\n\n".join(parts) + "\n"
+
+
+def _compaction_summary(v: dict[str, Any], first: str, last: str) -> list[list[str]]:
+    res = v.get("hango+compaction")
+    if not res or "summary_calls" not in res:
+        return []
+    w = res["windows"]
+    return [
+        [
+            f"per-turn wall, turns {first} / {last} ({LABELS['hango+compaction']})",
+            f"{fmt(w[first], ' ms')} / {fmt(w[last], ' ms')} "
+            f"({w[last]['median'] / w[first]['median']:.2f}\u00d7), "
+            f"summary calls {med(res['summary_calls'], 0)}",
+        ]
+    ]
+
+
+def _compaction_note(res: dict[str, Any]) -> str:
+    rungs = ", ".join(f"{k} {med(n, 0)}" for k, n in res.get("compactions", {}).items())
+    return (
+        "The compaction row: each tool result is 8 KB (about 2,000 tokens), the agent's "
+        "`context_window` is 30,000 tokens (everything else at its default: trigger 0.8, "
+        "target 0.5, 5 results kept whole), and the model reports input tokens as the fake "
+        "Anthropic server counts them (characters / 4); summary requests are answered at "
+        f"once. Rungs applied per run (median): {rungs}; summary calls "
+        f"{med(res.get('summary_calls', {'median': 0}), 0)}. A turn's cost includes the "
+        "compactions it triggers."
+    )
 
 
 def _per_turn_ratios(pt: dict[str, Any]) -> str:

@@ -51,9 +51,15 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
         from bench import lc_side
 
         await lc_side.setup(ldb)
-    variants = ["hango", "hango+todo"]
+    variants = ["hango", "hango+todo", "hango+compaction"]
     if langchain:
-        variants = ["hango", "langchain-sync", "hango+todo", "langchain-sync+todo"]
+        variants = [
+            "hango",
+            "langchain-sync",
+            "hango+todo",
+            "langchain-sync+todo",
+            "hango+compaction",
+        ]
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for rep in range(sizes.reps):
         for v in variants if rep % 2 == 0 else list(reversed(variants)):
@@ -75,7 +81,9 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
 async def _one_per_turn(variant: str, hdb: str, ldb: str, turns: int) -> dict[str, Any]:
     todo = variant.endswith("+todo")
     if variant.startswith("hango"):
-        return await per_turn.hango_run(hdb, turns, todo=todo)
+        return await per_turn.hango_run(
+            hdb, turns, todo=todo, compact=variant == "hango+compaction"
+        )
     from bench import lc_side
 
     durability = None if variant == "langchain-default" else "sync"

@@ -48,6 +48,7 @@ class ErrorType(StrEnum):
     INVALID_ROW = "invalid_row"
     AGENT_NOT_FOUND = "agent_not_found"
     INTERNAL_ERROR = "internal_error"
+    CONTEXT_WINDOW_TOO_SMALL = "context_window_too_small"
     # the model stopped
     REFUSAL = "refusal"
     MODEL_CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"

@@ -29,7 +29,10 @@ def check_summary(s: dict[str, float]) -> None:
 
 def check_per_turn(pt: dict[str, Any]) -> None:
     assert pt["turns"] == SMOKE.turns
-    for key in ("hango", "hango+todo"):
+    ladder = pt["variants"]["hango+compaction"]
+    assert set(ladder["compactions"]) == {"clear_tool_results", "sliding_window", "summary"}
+    check_summary(ladder["summary_calls"])
+    for key in ("hango", "hango+todo", "hango+compaction"):
         v = pt["variants"][key]
         assert len(v["series_ms"]) == SMOKE.turns and all(map(positive, v["series_ms"]))
         assert list(v["windows"]) == [f"{a}-{b}" for a, b in windows_for(SMOKE.turns)]
@@ -60,6 +63,7 @@ def check_chain(ch: dict[str, Any]) -> None:
             assert positive(cfg[metric]["median"])
     assert ch["middlewares"] == [
         "filesystem",
+        "summarization",
         "repair_tool_calls",
         "todo",
         "repeat_call",

@@ -305,6 +305,8 @@ def test_dashboard_covers_what_the_operator_needs() -> None:
         "hango_model_retries_total",
         "hango_worker_slots",
         "hango_build_info",
+        "hango_compactions_total",
+        "hango_context_tokens_bucket",
     ):
         assert name in used, name
     exprs = " ".join(dashboard_exprs())

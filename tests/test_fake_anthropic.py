@@ -22,11 +22,14 @@ import pytest
 
 from hango_worker.provider.scripted import ScriptError
 from hango_worker.testing.fake_anthropic import (
+    MESSAGE_OVERHEAD_TOKENS,
+    TOOL_OVERHEAD_TOKENS,
     FakeAnthropic,
     FakeTurn,
     Fault,
     PromptCache,
     RecordedRequest,
+    count_tokens,
     load_fake_script,
     parse_fake_script,
 )
@@ -643,6 +646,74 @@ async def test_cache_usage_reaches_the_sdk() -> None:
     assert usages[1].cache_read_input_tokens == 250 and usages[1].cache_creation_input_tokens == 0
 
 
+# -- token counting and the context window ------------------------------------------------
+
+
+def test_token_counting_is_documented_and_stable() -> None:
+    """ceil(chars / 4) per block, plus 4 per message and 4 per tool definition."""
+    assert count_tokens(body_for({"role": "user", "content": "x" * 400})) == 100 + 4
+    assert count_tokens(body_for({"role": "user", "content": "x" * 401})) == 101 + 4
+    tool = {"name": "t", "description": "d", "input_schema": {"type": "object"}}
+    raw = json.dumps(tool, sort_keys=True, separators=(",", ":"))
+    convo = [
+        {"role": "user", "content": [{"type": "text", "text": "abcd"}]},
+        {"role": "assistant", "content": [tool_use("toolu_1")]},
+        {"role": "user", "content": [{**tool_result("toolu_1"), "content": "r" * 8}]},
+    ]
+    body = body_for(*convo, system="s" * 12, tools=[tool])
+    use_chars = len("calc{}")
+    expected = (
+        (-(-len(raw) // 4) + TOOL_OVERHEAD_TOKENS)
+        + 3  # system
+        + (1 + MESSAGE_OVERHEAD_TOKENS)
+        + (-(-use_chars // 4) + MESSAGE_OVERHEAD_TOKENS)
+        + (2 + MESSAGE_OVERHEAD_TOKENS)
+    )
+    assert count_tokens(body) == expected
+    assert count_tokens(json.loads(json.dumps(body))) == expected  # same bytes, same count
+
+
+async def test_count_tokens_through_the_sdk_matches_the_usage_reported() -> None:
+    system = "a system prompt " * 50
+    messages: Any = [{"role": "user", "content": "count me " * 100}]
+    async with FakeAnthropic([{"text": "ok"}]) as fake:
+        client = anthropic.AsyncAnthropic(api_key=KEY, base_url=fake.base_url)
+        counted = await client.messages.count_tokens(model=MODEL, messages=messages, system=system)
+        msg = await client.messages.create(
+            model=MODEL, max_tokens=10, messages=messages, system=system
+        )
+        await client.close()
+    expected = count_tokens(body_for(*messages, system=system))
+    assert counted.input_tokens == expected
+    u = msg.usage
+    used = u.input_tokens + (u.cache_read_input_tokens or 0)
+    assert used + (u.cache_creation_input_tokens or 0) == expected
+    assert [r.path for r in fake.requests] == ["/v1/messages/count_tokens", "/v1/messages"]
+    assert [r.input_tokens for r in fake.requests] == [expected, expected]
+
+
+async def test_an_oversized_request_gets_the_apis_400_through_the_sdk() -> None:
+    small, big = "small-window-model", "big-window-model"
+    messages: Any = [{"role": "user", "content": "y" * 4000}]  # 1004 tokens
+    windows = {small: 1000, big: 5000}
+    async with FakeAnthropic([{"text": "ok"}], context_windows=windows) as fake:
+        client = anthropic.AsyncAnthropic(api_key=KEY, base_url=fake.base_url, max_retries=0)
+        with pytest.raises(anthropic.BadRequestError) as err:
+            await client.messages.create(model=small, max_tokens=10, messages=messages)
+        ok = await client.messages.create(model=big, max_tokens=10, messages=messages)
+        # counting is allowed past the window, as in the API
+        counted = await client.messages.count_tokens(model=small, messages=messages)
+        await client.close()
+    assert err.value.status_code == 400
+    body: Any = err.value.body
+    assert body["error"] == {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 1004 tokens > 1000 maximum",
+    }
+    assert ok.content[0].type == "text" and counted.input_tokens == 1004
+    assert fake.window_of(small) == 1000 and fake.window_of("any-other") == 200_000
+
+
 # -- CLI -----------------------------------------------------------------------------------
 
 CLI = [sys.executable, "-m", "hango_worker.testing.fake_anthropic"]
@@ -652,7 +723,7 @@ def test_cli_serves_a_script_until_sigterm(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": "from the CLI"}]))
     proc = subprocess.Popen(
-        [*CLI, "--port", "0", "--script", str(script)],
+        [*CLI, "--port", "0", "--script", str(script), "--context-window", "100"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -664,6 +735,11 @@ def test_cli_serves_a_script_until_sigterm(tmp_path: Path) -> None:
         fake = FakeAnthropic([{"text": "unused"}], port=port)  # only for `post`'s port
         status, _, data = post(fake, body_for())
         assert status == 200 and json.loads(data)["content"][0]["text"] == "from the CLI"
+        status, _, data = post(fake, body_for({"role": "user", "content": "z" * 400}))
+        assert (status, error_of(data)["message"]) == (
+            400,
+            "prompt is too long: 104 tokens > 100 maximum",
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=10)

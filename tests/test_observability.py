@@ -83,6 +83,7 @@ async def test_span_tree_events_and_genai_attributes_on_the_wire(
     stack = root.event("agent.middleware_stack").attributes["hango.middleware.names"]
     assert list(stack) == [
         "filesystem",
+        "summarization",
         "repair_tool_calls",
         "todo",
         "repeat_call",

@@ -21,7 +21,7 @@ def test_default_stack_order_is_pinned() -> None:
         None,  # Skills
         "filesystem",
         None,  # Subagent
-        None,  # Summarization
+        "summarization",
         "repair_tool_calls",
         "todo",
         "repeat_call",

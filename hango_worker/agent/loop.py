@@ -117,6 +117,7 @@ class AgentLoop:
         self._next = NextCall(max_tokens=agent.config.max_tokens)
         self._counts: ToolCounts | None = None
         # bound once, so the chain composes its onion once per run, not per call
+        self._side_call_handler = self._side_call
         self._base_model_handler = self._base_model
         self._base_tool_handler = self._base_tool
 
@@ -233,7 +234,9 @@ class AgentLoop:
             tool_choice=tool_choice,
             temperature=self.agent.config.temperature,
         )
-        req = ModelRequest(request=request, state=state, on_text=self.on_text)
+        req = ModelRequest(
+            request=request, state=state, on_text=self.on_text, call_model=self._side_call_handler
+        )
         resp = await self.chain.model_call(req, self._base_model_handler)
         self._usage.add(resp.usage)
         u = resp.usage
@@ -397,6 +400,13 @@ class AgentLoop:
             thinking=request.thinking,
         )
         return await self._model.call(request, req.on_text)
+
+    async def _side_call(self, request: Request) -> ModelResponse:
+        """A middleware's own model call (ModelRequest.call_model): the run's retries,
+        cancel and `chat` span; its usage is the run's."""
+        resp = await self._model.call(request, None)
+        self._usage.add(resp.usage)
+        return resp
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:
         tool = self._tools.get(req.call.name)

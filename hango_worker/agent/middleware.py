@@ -16,6 +16,10 @@ from hango_worker.tool.types import Tool, ToolContext, ToolResult
 
 ModelResponse = Response
 SystemRewrite = Callable[[list[TextBlock]], list[TextBlock]]
+# A model call a middleware makes on the run's behalf (e.g. a summary), set by the
+# loop: retried like any model call, under its own `chat` span, cancelled with the
+# run, its usage counted in the run's.
+SideCall = Callable[[Request], Awaitable[Response]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,7 @@ class ModelRequest:
     state: State
     on_text: TextSink | None = None
     system_rewrites: tuple[SystemRewrite, ...] = ()
+    call_model: SideCall | None = None
 
     def with_request(self, **changes: Any) -> ModelRequest:
         return replace(self, request=replace(self.request, **changes))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hango_worker.agent.limits import Budget
 from hango_worker.provider.types import TextBlock
@@ -26,6 +26,20 @@ class AgentConfig(Budget):
     # whose long-term memory the `memory` tool edits: the agent's (shared by all its
     # runs; None = "agent"), the session's, or the caller's (the run's `memory_key`)
     memory_scope: Literal["agent", "session", "key"] | None = None
+    # compaction (agent/mw_summarize.py); unset: the model's window, 0.8, 0.5, 5, the agent's model
+    context_window: int | None = Field(default=None, ge=1024, le=10_000_000)
+    compact_trigger: float | None = Field(default=None, gt=0, le=1)
+    compact_target: float | None = Field(default=None, gt=0, lt=1)
+    keep_tool_results: int | None = Field(default=None, ge=1, le=10_000)
+    summary_model: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _target_below_trigger(self) -> AgentConfig:
+        trigger = 0.8 if self.compact_trigger is None else self.compact_trigger
+        target = 0.5 if self.compact_target is None else self.compact_target
+        if target >= trigger:
+            raise ValueError(f"compact_target ({target}) must be below compact_trigger ({trigger})")
+        return self
 
 
 class AgentSpecError(ValueError):

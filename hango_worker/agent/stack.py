@@ -6,8 +6,9 @@ the chain, so the order of the finished product is visible today.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hango_worker.agent.compaction import CompactionConfig
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
 from hango_worker.agent.mw_filesystem import DEFAULT_OFFLOAD_THRESHOLD_BYTES, FILE_TOOLS, Filesystem
@@ -15,6 +16,7 @@ from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import Memory, MemoryBinding
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
+from hango_worker.agent.mw_summarize import Summarization
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
 from hango_worker.agent.ports import FileStore
@@ -34,6 +36,7 @@ class StackConfig:
     offload_threshold_bytes: int = DEFAULT_OFFLOAD_THRESHOLD_BYTES
     # the run's memory store and scope; required when the agent lists the memory tool
     memory: MemoryBinding | None = None
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
     @classmethod
     def for_agent(
@@ -51,6 +54,7 @@ class StackConfig:
             files=files,
             offload_threshold_bytes=c.offload_threshold_bytes or DEFAULT_OFFLOAD_THRESHOLD_BYTES,
             memory=memory,
+            compaction=CompactionConfig.of(c),
         )
 
 
@@ -73,7 +77,7 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # Subagent: delegation sees the filesystem tools but not the parent's summaries.
         None,
         # Summarization: after filesystem, so it compacts what is left in the context.
-        None,
+        Summarization(cfg.compaction),
         # RepairToolCalls: before anything reads history, so all later hooks see a valid one.
         RepairToolCalls(),
         # Todo: early among contributors, so the plan sits before the cache breakpoint.

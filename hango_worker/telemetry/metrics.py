@@ -56,6 +56,17 @@ MEMORY_WRITES = Counter(
     "Memory tool writes, by command and result.",
     ["command", "result"],
 )
+# Compaction (agent/mw_summarize.py): rungs applied, and each request's size.
+COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")
+COMPACTIONS = Counter(
+    "hango_compactions_total", "Compaction rungs applied to a model request.", ["rung"]
+)
+CONTEXT_FRACTION_BUCKETS = [0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5]
+CONTEXT_TOKENS = Histogram(
+    "hango_context_tokens",
+    "Input tokens of each model request as a fraction of the model's context window.",
+    buckets=CONTEXT_FRACTION_BUCKETS,
+)
 RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
 RUNS_FINISHED = Counter(
     "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]
@@ -179,6 +190,8 @@ def _initialise() -> None:
     for command in MEMORY_COMMANDS:
         for result in MEMORY_RESULTS:
             MEMORY_WRITES.labels(command, result)
+    for rung in COMPACTION_RUNGS:
+        COMPACTIONS.labels(rung)
 
 
 _initialise()

@@ -56,23 +56,36 @@ message; a ``tool_result`` with no ``tool_use`` in the previous message;
 more than 4 ``cache_control`` blocks; missing ``model``/``max_tokens``/
 ``anthropic-version``. Each gives a 400 ``invalid_request_error``.
 
+**Context window and token counting.** Tokens are counted deterministically
+(`tokens.count_tokens`): ``ceil(chars / 4)`` per tool definition, system block
+and message content block (a block's text; a tool_use's name plus compact JSON
+input; canonical JSON for anything else), plus 4 per tool definition and 4 per
+message. A request counting more than its model's window
+(``context_window=``, default 200 000, or ``context_windows={model: n}``)
+gets the API's 400 ``invalid_request_error`` "prompt is too long: N tokens > M
+maximum". ``POST /v1/messages/count_tokens`` (the SDK's
+``messages.count_tokens``) answers ``{"input_tokens": N}`` with the same
+count, and a response's ``input_tokens + cache_read_input_tokens +
+cache_creation_input_tokens`` adds up to it. Each `RecordedRequest` keeps its
+count in ``input_tokens``.
+
 **Prompt cache,** reported truthfully: the prefix (tools, then system, then
 messages, per model) up to each ``cache_control`` breakpoint is hashed; a
 prefix seen before (looking back up to 20 blocks from each breakpoint, within
 its TTL: 5 min, or 1 h with ``"ttl": "1h"``) is read
 (``cache_read_input_tokens``), the rest up to the last breakpoint is written
-(``cache_creation_input_tokens``). Tokens are approximated as characters // 4;
+(``cache_creation_input_tokens``), in the tokens counted above;
 prefixes shorter than ``min_cacheable_tokens`` (default 1024, like the real
 models) are not cached.
 
-**CLI.** ``hango-fake-anthropic --port P --script FILE`` (also
+**CLI.** ``hango-fake-anthropic --port P --script FILE [--context-window N]`` (also
 ``python -m hango_worker.testing.fake_anthropic``; not a subcommand of the
 production CLI) serves a script file until SIGINT/SIGTERM:
 `serve_forever(port, script_path)` (blocking, its own loop) or
 `serve_script(...)` (a coroutine, on the running loop); `main(argv)` is the
 whole command.
 
-**Modules:** `script` (turns, faults, `RecordedRequest`), `validate`, `cache`,
+**Modules:** `script` (turns, faults, `RecordedRequest`), `validate`, `tokens`, `cache`,
 `sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
 (`FakeAnthropic`), `cli`. Everything is re-exported here.
 """
@@ -94,8 +107,19 @@ from hango_worker.testing.fake_anthropic.script import (
     load_fake_script,
     parse_fake_script,
 )
-from hango_worker.testing.fake_anthropic.server import MESSAGES_PATH, FakeAnthropic, Handler
+from hango_worker.testing.fake_anthropic.server import (
+    COUNT_TOKENS_PATH,
+    DEFAULT_CONTEXT_WINDOW,
+    MESSAGES_PATH,
+    FakeAnthropic,
+    Handler,
+)
 from hango_worker.testing.fake_anthropic.sse import build_answer, stream_frames
+from hango_worker.testing.fake_anthropic.tokens import (
+    MESSAGE_OVERHEAD_TOKENS,
+    TOOL_OVERHEAD_TOKENS,
+    count_tokens,
+)
 from hango_worker.testing.fake_anthropic.validate import (
     MAX_CACHE_BREAKPOINTS,
     ApiError,
@@ -105,10 +129,14 @@ from hango_worker.testing.fake_anthropic.validate import (
 
 __all__ = [
     "CACHE_LOOKBACK_BLOCKS",
+    "COUNT_TOKENS_PATH",
+    "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_MIN_CACHEABLE_TOKENS",
     "MAX_CACHE_BREAKPOINTS",
     "MESSAGES_PATH",
+    "MESSAGE_OVERHEAD_TOKENS",
     "STATUS_BY_TYPE",
+    "TOOL_OVERHEAD_TOKENS",
     "TYPE_BY_STATUS",
     "ApiError",
     "CacheUsage",
@@ -121,6 +149,7 @@ __all__ = [
     "ScriptError",
     "build_answer",
     "check_tool_pairing",
+    "count_tokens",
     "load_fake_script",
     "main",
     "parse_fake_script",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hango_worker.testing.fake_anthropic.validate import content_blocks
+from hango_worker.testing.fake_anthropic.tokens import segments
 
 CACHE_LOOKBACK_BLOCKS = 20
 DEFAULT_MIN_CACHEABLE_TOKENS = 1024
@@ -23,35 +22,6 @@ class CacheUsage:
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
     creation_ttl: str = "5m"
-
-
-def _segments(body: dict[str, Any]) -> list[tuple[str, int, Any]]:
-    """(canonical text, characters, cache_control) per cacheable block, in prefix order."""
-    raw: list[tuple[str, Any]] = []
-    for tool in body.get("tools") or []:
-        raw.append(("tool", tool))
-    system = body.get("system")
-    if isinstance(system, str):
-        raw.append(("system", {"type": "text", "text": system}))
-    elif isinstance(system, list):
-        raw.extend(("system", b) for b in system)
-    for m in body.get("messages") or []:
-        content = m.get("content") if isinstance(m, dict) else None
-        role = str(m.get("role")) if isinstance(m, dict) else "?"
-        if isinstance(content, str):
-            raw.append((role, {"type": "text", "text": content}))
-        else:
-            raw.extend((role, b) for b in content_blocks(m))
-    out = []
-    for where, block in raw:
-        if not isinstance(block, dict):
-            continue
-        cc = block.get("cache_control")
-        plain = {k: v for k, v in block.items() if k != "cache_control"}
-        canon = where + json.dumps(plain, sort_keys=True, separators=(",", ":"))
-        text = plain.get("text")
-        out.append((canon, len(text) if isinstance(text, str) else len(canon), cc))
-    return out
 
 
 class PromptCache:
@@ -70,22 +40,22 @@ class PromptCache:
     def account(self, body: dict[str, Any]) -> CacheUsage:
         h = hashlib.sha256(str(body.get("model")).encode())
         digests: list[bytes] = []
-        chars: list[int] = []
+        tokens: list[int] = []  # cumulative, through each segment
         breakpoints: list[tuple[int, str]] = []
         total = 0
-        for i, (canon, n, cc) in enumerate(_segments(body)):
+        for i, (canon, n, cc) in enumerate(segments(body)):
             h.update(canon.encode())
             digests.append(h.copy().digest())
             total += n
-            chars.append(total)
+            tokens.append(total)
             if cc:
                 ttl = cc.get("ttl", "5m") if isinstance(cc, dict) else "5m"
                 breakpoints.append((i, ttl if ttl in _TTL_S else "5m"))
         with self._lock:
-            return self._account(digests, chars, breakpoints, total)
+            return self._account(digests, tokens, breakpoints, total)
 
     def _account(
-        self, digests: list[bytes], chars: list[int], bps: list[tuple[int, str]], total: int
+        self, digests: list[bytes], tokens: list[int], bps: list[tuple[int, str]], total: int
     ) -> CacheUsage:
         now = self.clock()
         hit = -1
@@ -98,16 +68,16 @@ class PromptCache:
                     hit = j
                     self._entries[digests[j]] = (now + entry[1], entry[1])
                     break
-        read = chars[hit] // 4 if hit >= 0 else 0
-        eligible = [(b, t) for b, t in bps if chars[b] // 4 >= self.min_cacheable_tokens]
+        read = tokens[hit] if hit >= 0 else 0
+        eligible = [(b, t) for b, t in bps if tokens[b] >= self.min_cacheable_tokens]
         usage = CacheUsage(input_tokens=0, cache_read_input_tokens=read)
         cached = read
         if eligible:
             last, usage.creation_ttl = eligible[-1]
             if last > hit:
-                usage.cache_creation_input_tokens = chars[last] // 4 - read
-                cached = chars[last] // 4
+                usage.cache_creation_input_tokens = tokens[last] - read
+                cached = tokens[last]
             for b, ttl in eligible:
                 self._entries[digests[b]] = (now + _TTL_S[ttl], _TTL_S[ttl])
-        usage.input_tokens = max(1, total // 4 - cached)
+        usage.input_tokens = total - cached
         return usage

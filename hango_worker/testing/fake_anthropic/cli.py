@@ -13,7 +13,7 @@ from pathlib import Path
 from hango_worker.provider.scripted import ScriptError
 from hango_worker.testing.fake_anthropic.cache import DEFAULT_MIN_CACHEABLE_TOKENS
 from hango_worker.testing.fake_anthropic.script import load_fake_script
-from hango_worker.testing.fake_anthropic.server import FakeAnthropic
+from hango_worker.testing.fake_anthropic.server import DEFAULT_CONTEXT_WINDOW, FakeAnthropic
 
 
 def serve_forever(
@@ -24,6 +24,7 @@ def serve_forever(
     api_key: str | None = None,
     chunk_delay_s: float = 0.0,
     min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
+    context_window: int = DEFAULT_CONTEXT_WINDOW,
 ) -> None:
     """Blocking: serve a script file until SIGINT/SIGTERM, on a loop of its own
     (`asyncio.run`; from inside a running loop use `serve_script`). Raises
@@ -36,6 +37,7 @@ def serve_forever(
             api_key=api_key,
             chunk_delay_s=chunk_delay_s,
             min_cacheable_tokens=min_cacheable_tokens,
+            context_window=context_window,
         )
     )
 
@@ -48,6 +50,7 @@ async def serve_script(
     api_key: str | None = None,
     chunk_delay_s: float = 0.0,
     min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
+    context_window: int = DEFAULT_CONTEXT_WINDOW,
 ) -> None:
     """Serve a script file on the running loop until SIGINT/SIGTERM (or cancellation).
 
@@ -62,6 +65,7 @@ async def serve_script(
         port=port,
         chunk_delay_s=chunk_delay_s,
         min_cacheable_tokens=min_cacheable_tokens,
+        context_window=context_window,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -103,7 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_MIN_CACHEABLE_TOKENS,
         help="shortest prefix the prompt cache keeps (tokens ≈ characters / 4)",
     )
+    parser.add_argument(
+        "--context-window",
+        type=int,
+        default=DEFAULT_CONTEXT_WINDOW,
+        help="largest prompt accepted, in the fake's tokens (larger: 400 prompt is too long)",
+    )
     args = parser.parse_args(argv)
+    if args.context_window < 1:
+        parser.error("--context-window must be at least 1")
     try:
         serve_forever(
             args.port,
@@ -112,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             api_key=args.api_key,
             chunk_delay_s=args.chunk_delay,
             min_cacheable_tokens=args.min_cacheable_tokens,
+            context_window=args.context_window,
         )
     except ScriptError as e:
         print(f"fake-anthropic: {e}", file=sys.stderr)

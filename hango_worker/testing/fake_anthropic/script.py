@@ -130,6 +130,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     received_at: float = field(default_factory=time.time)
+    input_tokens: int | None = None  # as counted by the fake (tokens.py); None: not valid
 
     @property
     def api_key(self) -> str | None:

@@ -35,6 +35,7 @@ from hango_worker.testing.fake_anthropic.sse import (
     sse_frame,
     stream_frames,
 )
+from hango_worker.testing.fake_anthropic.tokens import count_tokens
 from hango_worker.testing.fake_anthropic.validate import ApiError, validate_request
 from hango_worker.testing.fake_anthropic.wire import (
     HttpRequest,
@@ -44,6 +45,8 @@ from hango_worker.testing.fake_anthropic.wire import (
 )
 
 MESSAGES_PATH = "/v1/messages"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+DEFAULT_CONTEXT_WINDOW = 200_000  # tokens, like the current Claude models
 
 Handler = Callable[[RecordedRequest], Any]
 
@@ -61,6 +64,8 @@ class FakeAnthropic:
         port: int = 0,
         chunk_delay_s: float = 0.0,
         min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
+        context_windows: dict[str, int] | None = None,
     ) -> None:
         if (script is None) == (handler is None):
             raise ValueError("give FakeAnthropic either a script or a handler")
@@ -70,6 +75,8 @@ class FakeAnthropic:
         self.host = host
         self.chunk_delay_s = chunk_delay_s
         self.cache = PromptCache(min_cacheable_tokens)
+        self.context_window = context_window
+        self.context_windows = dict(context_windows or {})
         self.requests: list[RecordedRequest] = []
         self._port = port
         self._injected: list[Fault] = []
@@ -164,6 +171,10 @@ class FakeAnthropic:
         self.turns = parse_fake_script(list(script))
         self._attempts.clear()
 
+    def window_of(self, model: Any) -> int:
+        """The context window (tokens) the fake enforces for `model`."""
+        return self.context_windows.get(str(model), self.context_window)
+
     def clear(self) -> None:
         """Forget the recorded requests."""
         self.requests.clear()
@@ -200,12 +211,20 @@ class FakeAnthropic:
             body = None
         rec = RecordedRequest(req.method, req.path, dict(req.headers), body)
         self.requests.append(rec)
-        if req.method != "POST" or req.path.rstrip("/") != MESSAGES_PATH:
+        path = req.path.split("?", 1)[0].rstrip("/")
+        if req.method != "POST" or path not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
             err = ApiError(404, "not_found_error", f"Not found: {req.method} {req.path}")
             return await self._send_error(writer, err, rid)
         try:
             self._authenticate(rec)
-            validate_request(body, rec.headers)
+            validate_request(body, rec.headers, counting=path == COUNT_TOKENS_PATH)
+            rec.input_tokens = count_tokens(rec.body)
+            if path == COUNT_TOKENS_PATH:
+                out = {"input_tokens": rec.input_tokens}
+                writer.write(json_response(200, out, {"request-id": rid}))
+                await writer.drain()
+                return True
+            self._check_window(rec.body, rec.input_tokens)
             outcome = await self._pick(rec)
         except ApiError as e:
             return await self._send_error(writer, e, rid)
@@ -222,6 +241,15 @@ class FakeAnthropic:
             return True
         await self._stream(writer, stream_frames(answer), rid, answer.chunk_delay_s)
         return True
+
+    def _check_window(self, body: dict[str, Any], tokens: int) -> None:
+        window = self.window_of(body.get("model"))
+        if tokens > window:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"prompt is too long: {tokens} tokens > {window} maximum",
+            )
 
     def _authenticate(self, rec: RecordedRequest) -> None:
         key = rec.api_key

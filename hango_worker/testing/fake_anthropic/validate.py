@@ -75,13 +75,14 @@ def _cache_control_count(body: dict[str, Any]) -> int:
     return sum(1 for b in items if isinstance(b, dict) and b.get("cache_control"))
 
 
-def validate_request(body: Any, headers: dict[str, str]) -> None:
-    """Raise ApiError the way the API does, for the rules this fake knows."""
+def validate_request(body: Any, headers: dict[str, str], *, counting: bool = False) -> None:
+    """Raise ApiError the way the API does, for the rules this fake knows
+    (`counting`: a count_tokens request, which needs no `max_tokens`)."""
     if "anthropic-version" not in headers:
         raise ApiError(400, "invalid_request_error", "anthropic-version: header is required")
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_request_error", "The request body is not valid JSON.")
-    for key in ("model", "max_tokens", "messages"):
+    for key in ("model", "messages") if counting else ("model", "max_tokens", "messages"):
         if key not in body:
             raise ApiError(400, "invalid_request_error", f"{key}: Field required")
     messages = body["messages"]
