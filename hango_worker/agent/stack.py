@@ -6,14 +6,18 @@ the chain, so the order of the finished product is visible today.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
 
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
+from hango_worker.agent.mw_hitl import ASK_USER, ApprovalRule, DecisionRecord, HumanInTheLoop
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
+from hango_worker.agent.spec import AgentSpec
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
 
@@ -22,6 +26,28 @@ DEFAULT_REPEAT_CALL_THRESHOLD = 3
 class StackConfig:
     allowlist: tuple[str, ...]
     repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD
+    approvals: tuple[ApprovalRule, ...] = ()
+    # decisions for the pending turn of a run resumed after waiting (by tool_use id)
+    decisions: Mapping[str, DecisionRecord] = field(default_factory=dict)
+    approval_timeout_s: float | None = None
+    on_approval_timeout: Literal["reject", "fail"] = "reject"
+
+
+def stack_config(
+    agent: AgentSpec,
+    repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD,
+    decisions: Mapping[str, DecisionRecord] | None = None,
+) -> StackConfig:
+    """The stack's settings for one agent (its allowlist and config)."""
+    c = agent.config
+    return StackConfig(
+        allowlist=tuple(agent.tools),
+        repeat_call_threshold=c.repeat_call_threshold or repeat_call_threshold,
+        approvals=tuple(c.approvals),
+        decisions=decisions or {},
+        approval_timeout_s=c.approval_timeout_s,
+        on_approval_timeout=c.on_approval_timeout,
+    )
 
 
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
@@ -47,8 +73,14 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         None,
         # HumanInTheLoop: just outside the allowlist, so approvals see calls after every
         # rewrite; it sees a call before the allowlist does, so it must skip banned tools.
-        None,
+        HumanInTheLoop(
+            cfg.approvals,
+            cfg.allowlist,
+            cfg.decisions,
+            cfg.approval_timeout_s,
+            cfg.on_approval_timeout,
+        ),
         # ToolAllowlist: last = innermost, so no middleware can re-add a banned tool.
         # (`provided`: tools this stack offers every agent; unlisted ones are dropped quietly.)
-        ToolAllowlist(cfg.allowlist, provided=(TODO_TOOL,)),
+        ToolAllowlist(cfg.allowlist, provided=(TODO_TOOL, ASK_USER)),
     ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,9 +15,10 @@ from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
+from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.ports import Event, Outcome
 from hango_worker.agent.spec import AgentSpec
-from hango_worker.agent.stack import StackConfig, default_stack
+from hango_worker.agent.stack import default_stack, stack_config
 from hango_worker.agent.state import State, dump_state
 from hango_worker.provider.types import (
     Message,
@@ -43,6 +44,7 @@ class MemoryRunIO:
     tool_results: dict[str, ToolResult] = field(default_factory=dict)
     outcome: Outcome | None = None
     usage: Usage | None = None  # as of the last checkpoint
+    started: list[str] = field(default_factory=list)  # calls resumed after a wait
 
     def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
         if self.cancel_event.is_set():
@@ -65,6 +67,9 @@ class MemoryRunIO:
         )
         if outcome is not None:
             self.outcome = outcome
+
+    async def mark_started(self, tool_use_id: str) -> None:
+        self.started.append(tool_use_id)
 
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
@@ -101,9 +106,11 @@ async def run_agent(
     info: RunInfo | None = None,
     capture_content: bool = False,
     limits: RunOverrides | None = None,
+    decisions: Mapping[str, DecisionRecord] | None = None,
 ) -> tuple[Outcome, State, MemoryRunIO]:
     """Drive one run attempt in memory. `stack=None` → the default stack for the agent;
-    `limits`: a producer's per-run limits (as `runs.input.limits`)."""
+    `limits`: a producer's per-run limits (as `runs.input.limits`); `decisions`: a
+    person's decisions for a run resumed after waiting (with `info.not_started`)."""
     budget = merge(agent.config, limits)
     if limits is not None and limits.max_turns is not None:
         max_turns = limits.max_turns
@@ -111,8 +118,7 @@ async def run_agent(
         [*Registry.default(load_entry_points=False).view(["current_time", "calculator"]), *tools]
     )
     if stack is None:
-        threshold = agent.config.repeat_call_threshold or 3
-        stack = default_stack(StackConfig(tuple(agent.tools), threshold))
+        stack = default_stack(stack_config(agent, decisions=decisions))
     state = state or make_state(agent)
     io = io or MemoryRunIO()
     settings = LoopSettings(
