@@ -19,7 +19,7 @@ def test_default_stack_order_is_pinned() -> None:
     assert len(stack) == 11  # every slot of the design, unbuilt ones as None
     assert [m.name if m else None for m in stack] == [
         None,  # Skills
-        None,  # Filesystem
+        "filesystem",
         None,  # Subagent
         None,  # Summarization
         "repair_tool_calls",
@@ -33,6 +33,7 @@ def test_default_stack_order_is_pinned() -> None:
     chain = Chain(stack)
     assert chain.names[-1] == "tool_allowlist"  # innermost
     assert [m.name for m in chain.tool_wrappers] == [
+        "filesystem",
         "repeat_call",
         "human_in_the_loop",
         "tool_allowlist",

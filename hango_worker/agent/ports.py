@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -37,7 +38,9 @@ class Fenced(Exception):
 
 class RunIO(Protocol):
     """Durability port. Every method is fenced: it raises Fenced when the
-    lease was taken over, and the loop then stops writing anything."""
+    lease was taken over, and the loop then stops writing anything.
+    `record_tool_result` and `checkpoint` also store the run files waiting in
+    `state.file_writes`, in the same fenced write, and empty that outbox."""
 
     cancel_event: asyncio.Event
 
@@ -62,3 +65,22 @@ class RunIO(Protocol):
         """A call of a batch resumed after waiting is about to start: record it, so a
         later attempt treats it as interrupted, not as never started (exactly once)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One run file as listed: `size` in UTF-8 bytes, the call that wrote it last."""
+
+    path: str
+    size: int
+    tool_use_id: str | None = None
+    updated_at: datetime.datetime | None = None
+
+
+class FileStore(Protocol):
+    """Reads of the run's files (`run_files`), scoped to the run. Writes never go
+    through here: they ride on the tool result's fenced commit (`State.file_writes`)."""
+
+    async def get_file(self, path: str) -> str | None: ...
+
+    async def list_files(self) -> list[FileInfo]: ...

@@ -26,6 +26,8 @@ class AgentConfig(Budget):
     approvals: list[ApprovalRule] = Field(default_factory=list)
     approval_timeout_s: float | None = Field(default=None, gt=0, le=90 * 86400)
     on_approval_timeout: Literal["reject", "fail"] = "reject"
+    # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
+    offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
 
 
 class AgentSpecError(ValueError):

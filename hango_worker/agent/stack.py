@@ -12,11 +12,13 @@ from typing import Literal
 
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
+from hango_worker.agent.mw_filesystem import DEFAULT_OFFLOAD_THRESHOLD_BYTES, FILE_TOOLS, Filesystem
 from hango_worker.agent.mw_hitl import ASK_USER, ApprovalRule, DecisionRecord, HumanInTheLoop
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
+from hango_worker.agent.ports import FileStore
 from hango_worker.agent.spec import AgentSpec
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
@@ -26,28 +28,36 @@ DEFAULT_REPEAT_CALL_THRESHOLD = 3
 class StackConfig:
     allowlist: tuple[str, ...]
     repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD
+    # the run's files (run_files); None: only writes still in the outbox can be read
+    files: FileStore | None = None
+    offload_threshold_bytes: int = DEFAULT_OFFLOAD_THRESHOLD_BYTES
     approvals: tuple[ApprovalRule, ...] = ()
     # decisions for the pending turn of a run resumed after waiting (by tool_use id)
     decisions: Mapping[str, DecisionRecord] = field(default_factory=dict)
     approval_timeout_s: float | None = None
     on_approval_timeout: Literal["reject", "fail"] = "reject"
 
-
-def stack_config(
-    agent: AgentSpec,
-    repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD,
-    decisions: Mapping[str, DecisionRecord] | None = None,
-) -> StackConfig:
-    """The stack's settings for one agent (its allowlist and config)."""
-    c = agent.config
-    return StackConfig(
-        allowlist=tuple(agent.tools),
-        repeat_call_threshold=c.repeat_call_threshold or repeat_call_threshold,
-        approvals=tuple(c.approvals),
-        decisions=decisions or {},
-        approval_timeout_s=c.approval_timeout_s,
-        on_approval_timeout=c.on_approval_timeout,
-    )
+    @classmethod
+    def for_agent(
+        cls,
+        agent: AgentSpec,
+        files: FileStore | None,
+        repeat_call_threshold: int,
+        decisions: Mapping[str, DecisionRecord] | None = None,
+    ) -> StackConfig:
+        """The agent's configuration over the worker's defaults; `decisions`: a person's,
+        for a run resumed after waiting."""
+        c = agent.config
+        return cls(
+            tuple(agent.tools),
+            c.repeat_call_threshold or repeat_call_threshold,
+            files=files,
+            offload_threshold_bytes=c.offload_threshold_bytes or DEFAULT_OFFLOAD_THRESHOLD_BYTES,
+            approvals=tuple(c.approvals),
+            decisions=decisions or {},
+            approval_timeout_s=c.approval_timeout_s,
+            on_approval_timeout=c.on_approval_timeout,
+        )
 
 
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
@@ -56,7 +66,7 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # (Run hooks in slots before RepairToolCalls see history before it is repaired.)
         None,
         # Filesystem: before summarization, which must see results already offloaded to files.
-        None,
+        Filesystem(cfg.files, cfg.offload_threshold_bytes),
         # Subagent: delegation sees the filesystem tools but not the parent's summaries.
         None,
         # Summarization: after filesystem, so it compacts what is left in the context.
@@ -82,5 +92,5 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         ),
         # ToolAllowlist: last = innermost, so no middleware can re-add a banned tool.
         # (`provided`: tools this stack offers every agent; unlisted ones are dropped quietly.)
-        ToolAllowlist(cfg.allowlist, provided=(TODO_TOOL, ASK_USER)),
+        ToolAllowlist(cfg.allowlist, provided=(TODO_TOOL, *FILE_TOOLS, ASK_USER)),
     ]

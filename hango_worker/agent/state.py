@@ -1,9 +1,11 @@
 """Run state: what a run carries between turns and across resumes.
 
 `runs.state_json` is a plain serialisation of State minus `messages` (stored
-append-only in the `messages` table) and `scratch` (per tool batch, never
-persisted). Middlewares keep their own typed state in `private[name]` and go
-through `load_private` / `store_private`, never the dict itself.
+append-only in the `messages` table), `scratch` (per tool batch, never
+persisted) and `file_writes` (the outbox of run files, flushed by the durability
+port inside the fenced commit of the tool result that produced them). Middlewares
+keep their own typed state in `private[name]` and go through `load_private` /
+`store_private`, never the dict itself.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ class Todo(BaseModel):
     status: Literal["pending", "in_progress", "completed"]
 
 
+@dataclass(frozen=True, slots=True)
+class FileWrite:
+    """One pending write of a run file (`run_files`): stored by `RunIO` in the same
+    fenced statement as the tool result that produced it, then dropped from the outbox.
+    `size` is the content's length in UTF-8 bytes."""
+
+    path: str
+    content: str
+    size: int
+    tool_use_id: str | None = None
+
+
 class StateError(ValueError):
     """`runs.state_json` (or one middleware's part of it) cannot be read."""
 
@@ -39,6 +53,8 @@ class State:
     todos: list[Todo] = field(default_factory=list)
     private: dict[str, Any] = field(default_factory=dict)
     scratch: dict[str, Any] = field(default_factory=dict)
+    # outbox of run files, never persisted in state_json (see FileWrite)
+    file_writes: list[FileWrite] = field(default_factory=list)
 
 
 def dump_state(state: State) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import check_tools, read_input
 from hango_worker.cli.show import JsonLines, showable
 from hango_worker.config import Settings
-from hango_worker.render import LiveView, Painter, print_run
+from hango_worker.render import LiveView, Painter, print_run, safe
 from hango_worker.store import db, migrate, repo
 
 
@@ -171,6 +171,29 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
     print_run(Painter(), shown)
     for p in problems:
         print(f"hango-worker: malformed row shown as a marker: {p}", file=sys.stderr)
+    return exits.OK
+
+
+async def cmd_runs_files(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        files = await repo.run_files(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+    if a.json:
+        out(files)
+        return exits.OK
+    for f in files:
+        call = f["tool_use_id"] or "-"
+        print(f"{safe(f['path'])}  {f['size']} bytes  {safe(call)}  {f['updated_at']}")
+    return exits.OK
+
+
+async def cmd_runs_file(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        f = await repo.run_file(pool, repo.DEFAULT_TENANT_ID, a.run_id, a.path)
+    if a.json:
+        out(f)
+        return exits.OK
+    content = safe(f["content"])
+    print(content, end="" if content.endswith("\n") else "\n")
     return exits.OK
 
 

@@ -147,3 +147,12 @@ def _decisions(rs: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
             sp.add_argument("--reason", type=text, required=True, help="told to the model")
         if verb == "answer":
             sp.add_argument("--text", type=text, required=True, help="the answer")
+    fl = cmd("files", c.cmd_runs_files, "the run's files: path, size, tool call, updated", rs)
+    fl.add_argument("run_id", type=a_uuid("a run id"))
+    fl.add_argument("--json", action="store_true")
+    f1 = cmd(
+        "file", c.cmd_runs_file, "print one of the run's files (control sequences removed)", rs
+    )
+    f1.add_argument("run_id", type=a_uuid("a run id"))
+    f1.add_argument("path", type=text, help="the file's path, as `runs files` lists it")
+    f1.add_argument("--json", action="store_true", help="with size, tool call and times")

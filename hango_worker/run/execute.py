@@ -18,7 +18,7 @@ from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
-from hango_worker.agent.stack import default_stack, stack_config
+from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
@@ -294,7 +294,7 @@ def _build_loop(deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO) -> AgentLo
     agent, run_id, over = loaded.agent, c.run_id, loaded.overrides
     budget = merge(agent.config, over)
     obs = deps.observer
-    cfg = stack_config(agent, s.repeat_call_threshold, loaded.decisions)
+    cfg = StackConfig.for_agent(agent, io, s.repeat_call_threshold, loaded.decisions)
     chain = Chain(default_stack(cfg))
     settings = LoopSettings(
         max_turns=(over and over.max_turns) or agent.config.max_turns or s.max_turns,

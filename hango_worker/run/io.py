@@ -14,8 +14,8 @@ from typing import Any, Literal, TypeVar
 import asyncpg
 from opentelemetry import trace
 
-from hango_worker.agent.ports import Event, Fenced, Outcome
-from hango_worker.agent.state import State, dump_state
+from hango_worker.agent.ports import Event, Fenced, FileInfo, Outcome
+from hango_worker.agent.state import FileWrite, State, dump_state
 from hango_worker.provider.types import Message, ToolUseBlock, Usage
 from hango_worker.store import sql
 from hango_worker.tool.types import ToolResult
@@ -163,6 +163,19 @@ def _usage(usage: Usage | None) -> dict[str, int] | None:
     return usage.to_dict() if usage is not None else None
 
 
+def _file_args(writes: list[FileWrite]) -> tuple[list[str], list[str], list[int], list[Any]]:
+    """The outbox as the four arrays the statements unnest; the newest write of a path
+    wins (one statement may not insert the same key twice)."""
+    last = {w.path: w for w in writes}
+    ws = list(last.values())
+    return (
+        [w.path for w in ws],
+        [w.content for w in ws],
+        [w.size for w in ws],
+        [w.tool_use_id for w in ws],
+    )
+
+
 def _traceparent() -> str | None:
     ctx = trace.get_current_span().get_span_context()
     if not ctx.is_valid:
@@ -241,6 +254,7 @@ class PgRunIO:
     ) -> None:
         m_seq = list(range(self._msg_seq, self._msg_seq + len(new_messages)))
         e_seq = list(range(self._event_seq, self._event_seq + len(events)))
+        writes = list(state.file_writes)
         await self._fenced(
             sql.CHECKPOINT,
             *self._fence_args(),
@@ -257,8 +271,10 @@ class PgRunIO:
             e_seq,
             [e.type for e in events],
             [_dumps(e.payload) for e in events],
+            *_file_args(writes),
             outcome.waiting if outcome else None,
         )
+        del state.file_writes[: len(writes)]
         self._msg_seq += len(new_messages)
         for seq, m in zip(m_seq, new_messages, strict=True):
             if m.role == "assistant":
@@ -272,6 +288,7 @@ class PgRunIO:
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
     ) -> None:
+        writes = list(state.file_writes)
         await self._fenced(
             sql.RECORD_TOOL,
             *self._fence_args(),
@@ -284,7 +301,9 @@ class PgRunIO:
             event.type,
             _dumps(event.payload),
             self.turn_seq,
+            *_file_args(writes),
         )
+        del state.file_writes[: len(writes)]
         self._published([self._event_seq], [event])
         self._event_seq += 1
 
@@ -317,5 +336,27 @@ class PgRunIO:
             [self._event_seq],
             ["run_finished"],
             [_dumps({"status": "failed", "error": error})],
+            [],
+            [],
+            [],
+            [],
             None,
         )
+
+    # -- FileStore: the run's files, plain reads scoped by run id --------------------------
+
+    async def get_file(self, path: str) -> str | None:
+        async def once() -> str | None:
+            v = await self.pool.fetchval(sql.GET_RUN_FILE, self.claim.run_id, path)
+            return None if v is None else str(v)
+
+        return await with_reconnect(once, deadline_s=self.lease_s, what="read_file", pool=self.pool)
+
+    async def list_files(self) -> list[FileInfo]:
+        async def once() -> list[FileInfo]:
+            rows = await self.pool.fetch(sql.LIST_RUN_FILES, self.claim.run_id)
+            return [
+                FileInfo(r["path"], int(r["size"]), r["tool_use_id"], r["updated_at"]) for r in rows
+            ]
+
+        return await with_reconnect(once, deadline_s=self.lease_s, what="ls", pool=self.pool)

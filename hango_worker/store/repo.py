@@ -337,3 +337,30 @@ async def resume(db: asyncpg.Pool, tenant_id: str, run_id: str) -> None:
             "worker holds) can be resumed"
         )
     await db.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, run_id)
+
+
+async def run_files(db: asyncpg.Pool, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's files (`run_files`), without their content, by path."""
+    await get_run(db, tenant_id, run_id)
+    rows = await db.fetch(
+        "SELECT path, size, tool_use_id, created_at, updated_at FROM run_files "
+        "WHERE run_id = $1 ORDER BY path",
+        run_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def run_file(db: asyncpg.Pool, tenant_id: str, run_id: str, path: str) -> dict[str, Any]:
+    """One run file with its content; NotFound names the run or the path."""
+    await get_run(db, tenant_id, run_id)
+    row = await db.fetchrow(
+        "SELECT path, size, tool_use_id, created_at, updated_at, content FROM run_files "
+        "WHERE run_id = $1 AND path = $2",
+        run_id,
+        path,
+    )
+    if row is None:
+        raise NotFound(
+            f"run {run_id} has no file {path!r} (`hango-worker runs files {run_id}` lists them)"
+        )
+    return dict(row)

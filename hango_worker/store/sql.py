@@ -77,7 +77,9 @@ LOAD_DECISIONS = (
     "WHERE run_id = $1 AND message_seq = $2"
 )
 
-# One statement per turn: fence + messages + events + state (+ final status).
+# One statement per turn: fence + messages + events + state (+ final status), and any
+# run files still in the outbox (State.file_writes; normally flushed by RECORD_TOOL).
+# A run that suspends for a person ends its attempt here too (status 'waiting', $21).
 # A NULL state leaves state_json as found (a run failed before its state was read).
 CHECKPOINT = """
 WITH fence AS (
@@ -94,11 +96,11 @@ WITH fence AS (
         usage = coalesce($8::jsonb, usage),
         trace_parent = coalesce($9::text, trace_parent),
         limit_reached = coalesce($10::text, limit_reached),
-        waiting_for = CASE WHEN $5::text = 'waiting' THEN $17::jsonb
+        waiting_for = CASE WHEN $5::text = 'waiting' THEN $21::jsonb
                            WHEN $5::text = 'released' THEN waiting_for ELSE NULL END,
         waiting_since = CASE WHEN $5::text = 'waiting' THEN now() ELSE waiting_since END,
         waiting_until = CASE WHEN $5::text = 'waiting'
-            THEN now() + make_interval(secs => ($17::jsonb->>'timeout_s')::float8) END
+            THEN now() + make_interval(secs => ($21::jsonb->>'timeout_s')::float8) END
     WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
     RETURNING id, session_id, cancel_requested
 ), msgs AS (
@@ -110,6 +112,14 @@ WITH fence AS (
     INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
     SELECT f.id, e.seq, e.type, e.payload::jsonb, $2, $3
     FROM fence f, unnest($14::int[], $15::text[], $16::text[]) AS e(seq, type, payload)
+    RETURNING 1
+), files AS (
+    INSERT INTO run_files (run_id, path, content, size, tool_use_id)
+    SELECT f.id, w.path, w.content, w.size, w.tool_use_id
+    FROM fence f, unnest($17::text[], $18::text[], $19::int[], $20::text[])
+        AS w(path, content, size, tool_use_id)
+    ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
+        size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()
     RETURNING 1
 ), done AS (
     SELECT pg_notify('hango_done', f.id::text) FROM fence f
@@ -138,6 +148,8 @@ RETURNING 1 AS fenced, cancel_requested AS cancel
 # tool_calls is the resume journal, one row per (run, tool_use_id): a later turn
 # that reuses an id replaces the row (tagged with its assistant message's seq);
 # the same turn's second call with that id (an error result) never does.
+# The run files the call produced (State.file_writes) go in the same statement, only
+# through the fence: a worker that lost its lease writes no file.
 RECORD_TOOL = """
 WITH fence AS (
     UPDATE runs SET state_json = $4::jsonb, lease_expires_at = now() + make_interval(secs => $5)
@@ -154,6 +166,14 @@ WITH fence AS (
 ), ev AS (
     INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
     SELECT f.id, $9, $10, $11::text::jsonb, $2, $3 FROM fence f
+    RETURNING 1
+), files AS (
+    INSERT INTO run_files (run_id, path, content, size, tool_use_id)
+    SELECT f.id, w.path, w.content, w.size, w.tool_use_id
+    FROM fence f, unnest($13::text[], $14::text[], $15::int[], $16::text[])
+        AS w(path, content, size, tool_use_id)
+    ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
+        size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()
     RETURNING 1
 )
 SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel FROM fence
@@ -221,6 +241,12 @@ SELECT id::text, 'failed' AS status, 'invalid_row' AS error_type,
     (SELECT count(*) FROM done) AS notified
 FROM bad
 """
+
+# Reads of one run's files (the Filesystem middleware's FileStore).
+GET_RUN_FILE = "SELECT content FROM run_files WHERE run_id = $1 AND path = $2"
+LIST_RUN_FILES = (
+    "SELECT path, size, tool_use_id, updated_at FROM run_files WHERE run_id = $1 ORDER BY path"
+)
 
 QUEUE_STATS = """
 SELECT count(*) AS depth,

@@ -42,6 +42,10 @@ MW_REPEAT_BLOCKED = Counter(
     "Identical tool calls blocked by the repeat-call middleware.",
     ["gen_ai_tool_name"],
 )
+OFFLOADED_BYTES = Counter(
+    "hango_offloaded_bytes_total",
+    "UTF-8 bytes of tool results offloaded to run files by the filesystem middleware.",
+)
 RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
 RUNS_FINISHED = Counter(
     "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]

@@ -73,6 +73,29 @@ async def _pause(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult("paused")
 
 
+def big_text(size: int, width: int = 200) -> str:
+    """Exactly `size` bytes of numbered ASCII lines of `width` bytes (newline included):
+    the same text every time, so a test can rebuild what a tool returned."""
+    out: list[str] = []
+    total = i = 0
+    while total < size:
+        line = (f"{i:08d} " + "abcdefghij" * (width // 10))[: width - 1]
+        rest = size - total
+        if len(line) >= rest:
+            out.append(line[:rest])
+            break
+        out.append(line + "\n")
+        total += len(line) + 1
+        i += 1
+    return "".join(out)
+
+
+async def _big(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """A large result (`bytes` long, default 5 MB): what the filesystem middleware offloads."""
+    await _record("big", ctx)
+    return ToolResult(big_text(int(args.get("bytes", 5_000_000))))
+
+
 TOOLS = [
     _step_tool("step", idempotent=True),
     _step_tool("step_once", idempotent=False),
@@ -81,6 +104,21 @@ TOOLS = [
         "Sleeps.",
         {"type": "object", "properties": {"seconds": {"type": "number"}}},
         _pause,
+        idempotent=True,
+    ),
+    # not idempotent: after a crash it is answered as interrupted, never slept again
+    Tool(
+        "pause_once",
+        "Sleeps; never re-run after a crash.",
+        {"type": "object", "properties": {"seconds": {"type": "number"}}},
+        _pause,
+        idempotent=False,
+    ),
+    Tool(
+        "big",
+        "Returns a large text.",
+        {"type": "object", "properties": {"bytes": {"type": "integer"}}},
+        _big,
         idempotent=True,
     ),
 ]

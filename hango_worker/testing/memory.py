@@ -16,10 +16,10 @@ from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_hitl import DecisionRecord
-from hango_worker.agent.ports import Event, Outcome
+from hango_worker.agent.ports import Event, FileInfo, Outcome
 from hango_worker.agent.spec import AgentSpec
-from hango_worker.agent.stack import default_stack, stack_config
-from hango_worker.agent.state import State, dump_state
+from hango_worker.agent.stack import StackConfig, default_stack
+from hango_worker.agent.state import FileWrite, State, dump_state
 from hango_worker.provider.types import (
     Message,
     Provider,
@@ -45,6 +45,9 @@ class MemoryRunIO:
     outcome: Outcome | None = None
     usage: Usage | None = None  # as of the last checkpoint
     started: list[str] = field(default_factory=list)  # calls resumed after a wait
+    # the run's files (run_files), written with the tool result or checkpoint that
+    # carried them out of the State.file_writes outbox, as in PgRunIO
+    files: dict[str, FileWrite] = field(default_factory=dict)
 
     def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
         if self.cancel_event.is_set():
@@ -60,6 +63,7 @@ class MemoryRunIO:
         usage: Usage | None = None,
     ) -> None:
         self.usage = usage
+        self._flush(state)
         self.messages.extend(new_messages)
         self.events.extend(events)
         self.checkpoints.append(
@@ -76,6 +80,19 @@ class MemoryRunIO:
     ) -> None:
         self.tool_results[call.id] = result
         self.events.append(event)
+        self._flush(state)
+
+    def _flush(self, state: State) -> None:
+        for w in state.file_writes:
+            self.files[w.path] = w
+        state.file_writes.clear()
+
+    async def get_file(self, path: str) -> str | None:
+        w = self.files.get(path)
+        return None if w is None else w.content
+
+    async def list_files(self) -> list[FileInfo]:
+        return [FileInfo(w.path, w.size, w.tool_use_id) for _, w in sorted(self.files.items())]
 
 
 def make_state(
@@ -117,10 +134,10 @@ async def run_agent(
     registry = Registry(
         [*Registry.default(load_entry_points=False).view(["current_time", "calculator"]), *tools]
     )
-    if stack is None:
-        stack = default_stack(stack_config(agent, decisions=decisions))
     state = state or make_state(agent)
     io = io or MemoryRunIO()
+    if stack is None:
+        stack = default_stack(StackConfig.for_agent(agent, io, 3, decisions))
     settings = LoopSettings(
         max_turns=max_turns,
         retry_base_s=0.01,
