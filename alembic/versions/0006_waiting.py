@@ -1,7 +1,7 @@
 """Waiting runs: status 'waiting', what a run waits for, and the decisions that wake it.
 
-Revision ID: 0005_waiting
-Revises: 0004_run_files
+Revision ID: 0006_waiting
+Revises: 0005_memories
 
 - runs.status may be 'waiting' (the check constraint is replaced): the run is
   suspended for a person — an approval or an answer — with no lease and no worker.
@@ -9,7 +9,7 @@ Revises: 0004_run_files
   started; runs.waiting_since / runs.waiting_until (the approval timeout).
 - run_decisions: one row per decided call (approve, reject, answer, timeout).
 
-Code at 0004 never writes 'waiting' and never reads the new columns, so it still
+Code at 0005 never writes 'waiting' and never reads the new columns, so it still
 runs on this schema (it would not claim a waiting run). Downgrading fails waiting
 runs first (the old constraint does not allow the status), then drops all of it.
 """
@@ -18,11 +18,11 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision = "0005_waiting"
-down_revision = "0004_run_files"
+revision = "0006_waiting"
+down_revision = "0005_memories"
 branch_labels = None
 depends_on = None
-serves_code_since = "0004_run_files"
+serves_code_since = "0005_memories"
 
 _OLD = "'queued', 'running', 'succeeded', 'failed', 'cancelled'"
 _NEW = "'queued', 'running', 'waiting', 'succeeded', 'failed', 'cancelled'"
