@@ -39,6 +39,7 @@ async def enqueue(
     idempotency_key: str | None = None,
     tenant_id: str = repo.DEFAULT_TENANT_ID,
     limits: Mapping[str, Any] | None = None,
+    memory_key: str | None = None,
 ) -> EnqueueResult:
     """Queue a run on the caller's connection (any asyncpg connection, no codecs
     needed): inside the caller's transaction it is queued iff that commits.
@@ -52,6 +53,7 @@ async def enqueue(
         session_id=session_id,
         idempotency_key=idempotency_key,
         limits=parse_overrides(dict(limits)) if limits is not None else None,
+        memory_key=memory_key,
     )
 
 
@@ -103,10 +105,12 @@ class Client:
         idempotency_key: str | None = None,
         conn: asyncpg.Connection | None = None,
         limits: Mapping[str, Any] | None = None,
+        memory_key: str | None = None,
     ) -> EnqueueResult:
         """Queue a run. `idempotency_key`: a second enqueue with the same key returns
         the first run (`created=False`). `conn`: enqueue on your connection, inside
-        your transaction."""
+        your transaction. `memory_key`: whose memory the run uses when its agent keeps
+        memory per caller (`memory_scope` "key"), e.g. your end user's id."""
         return await enqueue(
             conn if conn is not None else self.pool,
             agent=agent,
@@ -115,6 +119,7 @@ class Client:
             idempotency_key=idempotency_key,
             tenant_id=self.tenant_id,
             limits=limits,
+            memory_key=memory_key,
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:

@@ -84,3 +84,83 @@ class FileStore(Protocol):
     async def get_file(self, path: str) -> str | None: ...
 
     async def list_files(self) -> list[FileInfo]: ...
+
+
+# -- long-term memory (agent/mw_memory.py) -------------------------------------------------
+
+MemoryScopeKind = Literal["agent", "session", "key"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryScope:
+    """Whose memory: within a tenant and an agent, the whole agent (key ''), one
+    session (key = the session id) or a caller-given key (e.g. an end user)."""
+
+    tenant_id: str
+    agent_id: str
+    kind: MemoryScopeKind
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEntry:
+    """One memory file as the index lists it (no content)."""
+
+    path: str
+    size: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFile:
+    content: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryWrite:
+    """What one write did. `written`: the file's new version (0 for a delete), None when
+    nothing was written; `current`: the version found (None: no such file); `fenced`:
+    this worker no longer holds the run, so nothing was written; `exists`: a rename's
+    destination is taken."""
+
+    written: int | None
+    current: int | None
+    fenced: bool = False
+    exists: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WriteContext:
+    """Who writes: the run and the tool call (kept on the file as its last writer)."""
+
+    run_id: str
+    tool_use_id: str
+
+
+class MemoryStore(Protocol):
+    """Memory port: reads, and writes that are each one statement fenced by the run's
+    lease and conditioned on the file's version (run/memory.py on Postgres,
+    testing/memory.py in memory)."""
+
+    async def index(self, scope: MemoryScope, prefix: str, limit: int) -> list[MemoryEntry]: ...
+
+    async def read(self, scope: MemoryScope, path: str) -> MemoryFile | None: ...
+
+    async def create(
+        self, scope: MemoryScope, path: str, content: str, by: WriteContext
+    ) -> MemoryWrite: ...
+
+    async def update(
+        self,
+        scope: MemoryScope,
+        path: str,
+        content: str,
+        expected: int,
+        by: WriteContext,
+        new_path: str | None = None,
+    ) -> MemoryWrite: ...
+
+    async def delete(
+        self, scope: MemoryScope, path: str, expected: int, by: WriteContext
+    ) -> MemoryWrite: ...

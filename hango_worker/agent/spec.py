@@ -28,6 +28,9 @@ class AgentConfig(Budget):
     on_approval_timeout: Literal["reject", "fail"] = "reject"
     # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
     offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
+    # whose long-term memory the `memory` tool edits: the agent's (shared by all its
+    # runs; None = "agent"), the session's, or the caller's (the run's `memory_key`)
+    memory_scope: Literal["agent", "session", "key"] | None = None
 
 
 class AgentSpecError(ValueError):

@@ -14,6 +14,8 @@ from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
 from hango_worker.agent.mw_filesystem import DEFAULT_OFFLOAD_THRESHOLD_BYTES, FILE_TOOLS, Filesystem
 from hango_worker.agent.mw_hitl import ASK_USER, ApprovalRule, DecisionRecord, HumanInTheLoop
+from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
+from hango_worker.agent.mw_memory import Memory, MemoryBinding
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
@@ -22,6 +24,8 @@ from hango_worker.agent.ports import FileStore
 from hango_worker.agent.spec import AgentSpec
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
+# tools the stack's middlewares offer (each only to agents that list it)
+PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL, ASK_USER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,8 @@ class StackConfig:
     # the run's files (run_files); None: only writes still in the outbox can be read
     files: FileStore | None = None
     offload_threshold_bytes: int = DEFAULT_OFFLOAD_THRESHOLD_BYTES
+    # the run's memory store and scope; required when the agent lists the memory tool
+    memory: MemoryBinding | None = None
     approvals: tuple[ApprovalRule, ...] = ()
     # decisions for the pending turn of a run resumed after waiting (by tool_use id)
     decisions: Mapping[str, DecisionRecord] = field(default_factory=dict)
@@ -43,6 +49,7 @@ class StackConfig:
         agent: AgentSpec,
         files: FileStore | None,
         repeat_call_threshold: int,
+        memory: MemoryBinding | None = None,
         decisions: Mapping[str, DecisionRecord] | None = None,
     ) -> StackConfig:
         """The agent's configuration over the worker's defaults; `decisions`: a person's,
@@ -53,11 +60,21 @@ class StackConfig:
             c.repeat_call_threshold or repeat_call_threshold,
             files=files,
             offload_threshold_bytes=c.offload_threshold_bytes or DEFAULT_OFFLOAD_THRESHOLD_BYTES,
+            memory=memory,
             approvals=tuple(c.approvals),
             decisions=decisions or {},
             approval_timeout_s=c.approval_timeout_s,
             on_approval_timeout=c.on_approval_timeout,
         )
+
+
+def _memory(cfg: StackConfig) -> Memory | None:
+    """Memory only for agents that list its tool (others: no load, no block)."""
+    if MEMORY_TOOL not in cfg.allowlist:
+        return None
+    if cfg.memory is None:
+        raise ValueError("the agent lists the memory tool but the stack has no memory store")
+    return Memory(cfg.memory)
 
 
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
@@ -80,7 +97,7 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # PromptCache: before Memory, so memory edits land after the cached prefix.
         None,
         # Memory: after the cache breakpoint; its blocks change often.
-        None,
+        _memory(cfg),
         # HumanInTheLoop: just outside the allowlist, so approvals see calls after every
         # rewrite; it sees a call before the allowlist does, so it must skip banned tools.
         HumanInTheLoop(
@@ -92,5 +109,5 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         ),
         # ToolAllowlist: last = innermost, so no middleware can re-add a banned tool.
         # (`provided`: tools this stack offers every agent; unlisted ones are dropped quietly.)
-        ToolAllowlist(cfg.allowlist, provided=(TODO_TOOL, *FILE_TOOLS, ASK_USER)),
+        ToolAllowlist(cfg.allowlist, provided=PROVIDED_TOOLS),
     ]

@@ -69,7 +69,7 @@ async def cmd_migrate(s: Settings, a: argparse.Namespace) -> int:
 
 def known_tools(settings: Settings) -> list[str]:
     """The registry's tools plus those middlewares provide (e.g. write_todos)."""
-    from hango_worker.agent.stack import StackConfig, default_stack
+    from hango_worker.agent.stack import PROVIDED_TOOLS, StackConfig, default_stack
     from hango_worker.agent.state import State
     from hango_worker.tool.registry import Registry
 
@@ -79,7 +79,7 @@ def known_tools(settings: Settings) -> list[str]:
         provide = getattr(mw, "provide_tools", None)
         if provide is not None:
             names += [t.name for t in provide(probe) if t.name not in names]
-    return names
+    return names + [t for t in PROVIDED_TOOLS if t not in names]
 
 
 async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
@@ -139,6 +139,7 @@ async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
             input_text=text,
             session_id=a.session,
             limits=limits,
+            memory_key=a.memory_key,
         )
     ids = {"run_id": r.run_id, "session_id": r.session_id}
     print(json.dumps(ids) if a.json else ids["run_id"])
@@ -224,6 +225,62 @@ async def cmd_runs_watch(s: Settings, a: argparse.Namespace) -> int:
     if a.json:
         view.p.line(json.dumps({"type": "run", **run}, default=str, ensure_ascii=False))
     return exits.OK if run["status"] == "succeeded" else exits.FAILED
+
+
+async def cmd_memory_ls(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        files = await repo.list_memories(
+            pool,
+            repo.DEFAULT_TENANT_ID,
+            agent=a.agent,
+            session_id=a.session,
+            key=a.key,
+            limit=a.limit,
+        )
+    if a.json:
+        out(files)
+        return exits.OK
+    for f in files:
+        scope = f"{f['scope']}:{f['scope_key']}" if f["scope_key"] else f["scope"]
+        print(
+            safe(
+                f"{f['agent']:<16} {scope:<24} v{f['version']:<4} {f['size']:>6}B  "
+                f"{f['updated_at']}  {f['path']}"
+            )
+        )
+    return exits.OK
+
+
+async def cmd_memory_show(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        f = await repo.get_memory(
+            pool,
+            repo.DEFAULT_TENANT_ID,
+            agent=a.agent,
+            path=a.path,
+            session_id=a.session,
+            key=a.key,
+        )
+    if a.json:
+        out(f)
+    else:
+        print(safe(f["content"]), end="" if f["content"].endswith("\n") else "\n")
+    return exits.OK
+
+
+async def cmd_memory_rm(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        version = await repo.delete_memory(
+            pool,
+            repo.DEFAULT_TENANT_ID,
+            agent=a.agent,
+            path=a.path,
+            session_id=a.session,
+            key=a.key,
+        )
+    gone = {"path": a.path, "deleted_version": version}
+    print(json.dumps(gone) if a.json else f"deleted {a.path} (version {version})")
+    return exits.OK
 
 
 async def cmd_gc(s: Settings, a: argparse.Namespace) -> int:

@@ -126,3 +126,34 @@ def check_tools(wanted: Iterable[str], known: list[str]) -> list[str]:
                 "(more come from HANGO_TOOL_MODULES or the hango_worker.tools entry points)"
             )
     return tools
+
+
+MAX_MEMORY_KEY_CHARS = 200
+
+
+def memory_key(value: str) -> str:
+    """A run's memory key: 1-200 printable characters (e.g. an end user's id)."""
+    text(value)
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if len(value) > MAX_MEMORY_KEY_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"is {len(value)} characters long; at most {MAX_MEMORY_KEY_CHARS} are allowed"
+        )
+    bad = next((i for i, ch in enumerate(value) if not ch.isprintable()), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(
+            f"contains a control or non-printable character ({value[bad]!a} at {bad})"
+        )
+    return value
+
+
+def memory_path(value: str) -> str:
+    """A memory file's path: /memories/…, canonical (no '..', '.', empty segments)."""
+    from hango_worker.agent.memory_files import MemoryToolError, check_file_path
+
+    text(value)
+    try:
+        return check_file_path(value)
+    except MemoryToolError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

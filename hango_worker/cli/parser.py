@@ -15,6 +15,8 @@ from hango_worker.cli.inputs import (
     STATUSES,
     a_uuid,
     int_between,
+    memory_key,
+    memory_path,
     name,
     text,
 )
@@ -68,10 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help='this run\'s own limits, e.g. {"max_turns": 10, "max_output_tokens": 20000}',
     )
+    e.add_argument(
+        "--memory-key",
+        type=memory_key,
+        help="whose memory the run uses when its agent's memory_scope is 'key' (e.g. a user id)",
+    )
     e.add_argument("--json", action="store_true")
 
     _agents(sub, cmd)
     _runs(sub, cmd)
+    _memory(sub, cmd)
 
     g = cmd(
         "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
@@ -156,3 +164,30 @@ def _decisions(rs: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
     f1.add_argument("run_id", type=a_uuid("a run id"))
     f1.add_argument("path", type=text, help="the file's path, as `runs files` lists it")
     f1.add_argument("--json", action="store_true", help="with size, tool call and times")
+
+
+def _memory(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
+    mem = sub.add_parser(
+        "memory",
+        help="inspect and remove agents' long-term memory files",
+        description="Memory files of this tenant. Scope: an agent's own memory, or with "
+        "--session one session's, or with --key one caller's (memory_scope 'key').",
+    ).add_subparsers(dest="sub", required=True, metavar="SUBCOMMAND")
+
+    def scoped(sp: argparse.ArgumentParser, agent_required: bool) -> None:
+        sp.add_argument("--agent", required=agent_required, type=text, help="agent name or id")
+        which = sp.add_mutually_exclusive_group()
+        which.add_argument("--session", type=a_uuid("a session id"), help="a session's memory")
+        which.add_argument("--key", type=memory_key, help="a caller's memory (its memory key)")
+        sp.add_argument("--json", action="store_true")
+
+    ls = cmd("ls", c.cmd_memory_ls, "list memory files (path, scope, size, version)", mem)
+    scoped(ls, agent_required=False)
+    ls.add_argument("--limit", type=int_between(1, MAX_LIMIT), default=1000, help=f"1-{MAX_LIMIT}")
+    for verb, fn, h in (
+        ("show", c.cmd_memory_show, "print one memory file"),
+        ("rm", c.cmd_memory_rm, "delete one memory file"),
+    ):
+        sp = cmd(verb, fn, h, mem)
+        sp.add_argument("path", type=memory_path, help="e.g. /memories/notes.md")
+        scoped(sp, agent_required=True)

@@ -16,6 +16,8 @@ from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.mw_hitl import DecisionRecord
+from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
+from hango_worker.agent.mw_memory import MemoryBinding, MemoryScopeError, scope_for
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
 from hango_worker.agent.stack import StackConfig, default_stack
@@ -23,6 +25,7 @@ from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
+from hango_worker.run.memory import PgMemoryStore
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.tool.registry import Registry
@@ -257,7 +260,12 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
     except StateError as e:
         await io.fail({"type": ErrorType.INVALID_STATE, "message": str(e)})
         return Outcome("failed", {"type": ErrorType.INVALID_STATE, "message": str(e)})
-    loop = _build_loop(deps, loaded, c, io)
+    try:
+        memory = _memory(deps, loaded.agent, c, io)
+    except MemoryScopeError as e:
+        await io.fail({"type": ErrorType.INVALID_INPUT, "message": str(e)})
+        return Outcome("failed", {"type": ErrorType.INVALID_INPUT, "message": str(e)})
+    loop = _build_loop(deps, loaded, c, io, memory)
     parent, links = _previous_attempt(c)
     info = RunInfo(
         attempt=c.attempt,
@@ -289,12 +297,30 @@ async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:
     return int(v) + 1
 
 
-def _build_loop(deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO) -> AgentLoop:
+def _memory(deps: RunDeps, agent: AgentSpec, c: Claim, io: PgRunIO) -> MemoryBinding | None:
+    """The run's memory store and scope, when its agent lists the memory tool."""
+    if MEMORY_TOOL not in agent.tools:
+        return None
+    scope = scope_for(
+        agent.config.memory_scope or "agent",
+        tenant_id=c.tenant_id,
+        agent_id=c.agent_id,
+        session_id=c.session_id,
+        memory_key=c.input.get("memory_key") if isinstance(c.input, dict) else None,
+    )
+    return MemoryBinding(PgMemoryStore(deps.pool, io), scope)
+
+
+def _build_loop(
+    deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO, memory: MemoryBinding | None
+) -> AgentLoop:
     s = deps.settings
     agent, run_id, over = loaded.agent, c.run_id, loaded.overrides
     budget = merge(agent.config, over)
     obs = deps.observer
-    cfg = StackConfig.for_agent(agent, io, s.repeat_call_threshold, loaded.decisions)
+    cfg = StackConfig.for_agent(
+        agent, io, s.repeat_call_threshold, memory=memory, decisions=loaded.decisions
+    )
     chain = Chain(default_stack(cfg))
     settings = LoopSettings(
         max_turns=(over and over.max_turns) or agent.config.max_turns or s.max_turns,

@@ -85,6 +85,18 @@ async def find_agent(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[
 
 
 MAX_IDEMPOTENCY_KEY = 200  # characters; keeps the unique index row small
+# characters; the worker checks a run's memory key with the same rule
+# (agent/mw_memory.py memory_key_problem) for rows written without this function
+MAX_MEMORY_KEY = 200
+
+
+def _check_memory_key(key: str) -> None:
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError("a memory key must be a non-empty string")
+    if len(key) > MAX_MEMORY_KEY:
+        raise ValueError(f"a memory key must be 1 to {MAX_MEMORY_KEY} characters, got {len(key)}")
+    if any(not ch.isprintable() for ch in key):
+        raise ValueError("a memory key must not contain control or non-printable characters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +121,16 @@ async def enqueue(
     agent: str,
     input_text: str,
     session_id: str | None = None,
+    memory_key: str | None = None,
 ) -> dict[str, str]:
     """Queue a run (new session unless one is given); `{"run_id", "session_id"}`."""
     r = await enqueue_run(
-        db, tenant_id=tenant_id, agent=agent, input_text=input_text, session_id=session_id
+        db,
+        tenant_id=tenant_id,
+        agent=agent,
+        input_text=input_text,
+        session_id=session_id,
+        memory_key=memory_key,
     )
     return {"run_id": r.run_id, "session_id": r.session_id}
 
@@ -126,6 +144,7 @@ async def enqueue_run(
     session_id: str | None = None,
     idempotency_key: str | None = None,
     limits: dict[str, Any] | None = None,
+    memory_key: str | None = None,
 ) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers.
 
@@ -134,7 +153,9 @@ async def enqueue_run(
     caller's transaction, the run is queued if and only if that transaction
     commits. With an idempotency key, a run already queued under that key (this
     tenant) is returned instead of a new one. `limits`: the run's own limits, already
-    validated (`agent.limits.parse_overrides`), stored as `runs.input.limits`."""
+    validated (`agent.limits.parse_overrides`), stored as `runs.input.limits`.
+    `memory_key`: whose memory the run uses when its agent keeps memory per caller
+    (`memory_scope` "key"), e.g. an end user."""
     if session_id is not None:
         try:
             uuid.UUID(session_id)
@@ -149,6 +170,7 @@ async def enqueue_run(
         prior = await _by_key(db, tenant_id, idempotency_key)
         if prior is not None:
             return prior
+    run_input = _run_input(input_text, limits, memory_key)
     run_id = str(uuid.uuid4())
     row = await db.fetchrow(
         ENQUEUE,
@@ -157,9 +179,7 @@ async def enqueue_run(
         str(uuid.uuid4()),
         session_id,
         run_id,
-        json.dumps(
-            {"text": input_text, **({"limits": limits} if limits else {})}, ensure_ascii=False
-        ),
+        json.dumps(run_input, ensure_ascii=False),
         NOTIFY_CHANNEL,
         idempotency_key,
     )
@@ -172,6 +192,17 @@ async def enqueue_run(
                 return prior
         raise NotFound(f"no session {session_id} for agent {agent!r} in this tenant")
     return Enqueued(run_id, str(row["session_id"]))
+
+
+def _run_input(text: str, limits: dict[str, Any] | None, memory_key: str | None) -> dict[str, Any]:
+    """`runs.input`: the user's text, and the producer's per-run settings."""
+    run_input: dict[str, Any] = {"text": text}
+    if limits:
+        run_input["limits"] = limits
+    if memory_key is not None:
+        _check_memory_key(memory_key)
+        run_input["memory_key"] = memory_key
+    return run_input
 
 
 async def _by_key(
@@ -364,3 +395,100 @@ async def run_file(db: asyncpg.Pool, tenant_id: str, run_id: str, path: str) -> 
             f"run {run_id} has no file {path!r} (`hango-worker runs files {run_id}` lists them)"
         )
     return dict(row)
+
+
+# -- long-term memory, for operators (`hango-worker memory ls|show|rm`) ---------------------
+
+MEMORY_COLUMNS = (
+    "a.name AS agent, m.agent_id::text AS agent_id, m.scope, m.scope_key, m.path, m.size, "
+    "m.version, m.run_id::text AS run_id, m.tool_use_id, m.created_at, m.updated_at"
+)
+
+
+def _scope_of(session_id: str | None, key: str | None) -> tuple[str, str]:
+    """(scope, scope key): a session's memory, a caller key's, or else the agent's."""
+    if session_id is not None:
+        return "session", session_id
+    if key is not None:
+        return "key", key
+    return "agent", ""
+
+
+async def list_memories(
+    db: asyncpg.Pool,
+    tenant_id: str,
+    *,
+    agent: str | None = None,
+    session_id: str | None = None,
+    key: str | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """Memory files of the tenant (no contents), optionally of one agent and one scope."""
+    agent_id = None if agent is None else (await find_agent(db, tenant_id, agent))["id"]
+    scoped = session_id is not None or key is not None
+    scope, scope_key = _scope_of(session_id, key) if scoped else (None, None)
+    rows = await db.fetch(
+        f"SELECT {MEMORY_COLUMNS} FROM memories m JOIN agents a ON a.id = m.agent_id "
+        "WHERE m.tenant_id = $1 AND ($2::uuid IS NULL OR m.agent_id = $2::uuid) "
+        "AND ($3::text IS NULL OR (m.scope = $3 AND m.scope_key = $4)) "
+        "ORDER BY a.name, m.scope, m.scope_key, m.path LIMIT $5",
+        tenant_id,
+        agent_id,
+        scope,
+        scope_key,
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def get_memory(
+    db: asyncpg.Pool,
+    tenant_id: str,
+    *,
+    agent: str,
+    path: str,
+    session_id: str | None = None,
+    key: str | None = None,
+) -> dict[str, Any]:
+    a = await find_agent(db, tenant_id, agent)
+    scope, scope_key = _scope_of(session_id, key)
+    row = await db.fetchrow(
+        f"SELECT {MEMORY_COLUMNS}, m.content FROM memories m JOIN agents a ON a.id = m.agent_id "
+        "WHERE m.tenant_id = $1 AND m.agent_id = $2 AND m.scope = $3 AND m.scope_key = $4 "
+        "AND m.path = $5",
+        tenant_id,
+        a["id"],
+        scope,
+        scope_key,
+        path,
+    )
+    if row is None:
+        raise NotFound(f"no memory file {path} in the {scope} memory of agent {a['name']!r}")
+    return dict(row)
+
+
+async def delete_memory(
+    db: asyncpg.Pool,
+    tenant_id: str,
+    *,
+    agent: str,
+    path: str,
+    session_id: str | None = None,
+    key: str | None = None,
+) -> int:
+    """Delete one memory file; returns the version it had. A run that had viewed it
+    gets a conflict on its next edit of that file (it was deleted under it)."""
+    a = await find_agent(db, tenant_id, agent)
+    scope, scope_key = _scope_of(session_id, key)
+    version = await db.fetchval(
+        "DELETE FROM memories WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 "
+        "AND scope_key = $4 AND path = $5 RETURNING version",
+        tenant_id,
+        a["id"],
+        scope,
+        scope_key,
+        path,
+    )
+    if version is None:
+        raise NotFound(f"no memory file {path} in the {scope} memory of agent {a['name']!r}")
+    return int(version)

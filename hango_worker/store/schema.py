@@ -201,3 +201,32 @@ run_decisions = Table(
         name="run_decisions_decision_check",
     ),
 )
+
+# Long-term memory (docs/design.md §12): files under /memories that outlive runs,
+# scoped within the tenant to an agent: the whole agent (scope 'agent', scope_key ''),
+# one session ('session', the session id) or a caller-given key ('key', e.g. an end
+# user). `version` is optimistic concurrency: every write names the version it read.
+# Each write is its own fenced statement (store/sql.py MEMORY_*); `run_id` and
+# `tool_use_id` name the last writer (provenance; the run may since be gc'd).
+MEMORY_SCOPES = ("agent", "session", "key")
+
+memories = Table(
+    "memories",
+    metadata,
+    Column("tenant_id", UUID(as_uuid=False), ForeignKey("tenants.id"), primary_key=True),
+    Column("agent_id", UUID(as_uuid=False), ForeignKey("agents.id"), primary_key=True),
+    Column("scope", Text, primary_key=True),
+    Column("scope_key", Text, primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("content", Text, nullable=False),
+    Column("size", Integer, nullable=False),  # bytes of content in UTF-8
+    Column("version", Integer, nullable=False, server_default=text("1")),
+    Column("run_id", UUID(as_uuid=False)),
+    Column("tool_use_id", Text),
+    _now(),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(
+        "scope IN (" + ", ".join(f"'{s}'" for s in MEMORY_SCOPES) + ")",
+        name="memories_scope_check",
+    ),
+)

@@ -303,3 +303,65 @@ SELECT u.id::text AS id, u.status, (SELECT count(*) FROM done) AS notified FROM 
 """
 
 NOTIFY = "SELECT pg_notify($1, $2)"
+
+# -- long-term memory (agent/mw_memory.py; docs/design.md §12) -----------------------------
+# Every write is ONE statement: the run's fence (which also renews its lease, like
+# RECORD_TOOL) and the file's version condition together, so a worker that lost its
+# lease writes nothing and a stale edit never overwrites a newer one. Each returns
+# `fenced` (0: lease lost), `cancel`, `written` (the new version; NULL: nothing written)
+# and `current` (the version found before the statement; NULL: no such file).
+# Parameters: $1 run, $2 worker, $3 attempt, $4 lease_s, $5 tenant, $6 agent,
+# $7 scope, $8 scope key, $9 path, then the write's own.
+_MEMORY_FENCE = """
+WITH fence AS (
+    UPDATE runs SET lease_expires_at = now() + make_interval(secs => $4)
+    WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
+    RETURNING id, cancel_requested
+)"""
+_MEMORY_KEY = "tenant_id = $5 AND agent_id = $6 AND scope = $7 AND scope_key = $8"
+_MEMORY_RESULT = f"""
+SELECT (SELECT count(*) FROM fence) AS fenced,
+    coalesce((SELECT bool_or(cancel_requested) FROM fence), false) AS cancel,
+    (SELECT version FROM w) AS written,
+    (SELECT version FROM memories WHERE {_MEMORY_KEY} AND path = $9) AS current
+"""
+
+# $10 content, $11 size in bytes, $12 tool_use_id. Creates only: an existing path wins.
+MEMORY_CREATE = f"""{_MEMORY_FENCE}, w AS (
+    INSERT INTO memories (tenant_id, agent_id, scope, scope_key, path, content, size, version,
+        run_id, tool_use_id)
+    SELECT $5, $6, $7, $8, $9, $10, $11, 1, f.id, $12 FROM fence f
+    ON CONFLICT DO NOTHING
+    RETURNING version
+){_MEMORY_RESULT}"""
+
+# $10 new path (= $9 unless renaming), $11 content, $12 size, $13 the version the edit
+# was made on, $14 tool_use_id. A rename onto an existing path raises a unique violation.
+MEMORY_UPDATE = f"""{_MEMORY_FENCE}, w AS (
+    UPDATE memories m SET path = $10, content = $11, size = $12, version = m.version + 1,
+        run_id = f.id, tool_use_id = $14, updated_at = now()
+    FROM fence f
+    WHERE m.tenant_id = $5 AND m.agent_id = $6 AND m.scope = $7 AND m.scope_key = $8
+      AND m.path = $9 AND m.version = $13
+    RETURNING m.version
+){_MEMORY_RESULT}"""
+
+# $10 the version the delete was decided on.
+MEMORY_DELETE = f"""{_MEMORY_FENCE}, w AS (
+    DELETE FROM memories m USING fence f
+    WHERE m.tenant_id = $5 AND m.agent_id = $6 AND m.scope = $7 AND m.scope_key = $8
+      AND m.path = $9 AND m.version = $10
+    RETURNING 0 AS version
+){_MEMORY_RESULT}"""
+
+# Reads are not fenced (they write nothing). $5 a path prefix ('' = all), $6 a row limit.
+MEMORY_INDEX = """
+SELECT path, size, version FROM memories
+WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 AND scope_key = $4
+  AND left(path, char_length($5::text)) = $5::text
+ORDER BY path LIMIT $6
+"""
+MEMORY_READ = """
+SELECT content, version FROM memories
+WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 AND scope_key = $4 AND path = $5
+"""

@@ -46,6 +46,17 @@ OFFLOADED_BYTES = Counter(
     "hango_offloaded_bytes_total",
     "UTF-8 bytes of tool results offloaded to run files by the filesystem middleware.",
 )
+# Memory writes (agent/mw_memory.py): command is one of the memory tool's five write
+# commands; result ok | conflict (a newer version won) | rejected (a bad command: path,
+# size, missing file…) | fenced (the worker lost the run's lease: nothing written) |
+# failed (the store raised, e.g. the database went away: outcome unknown).
+MEMORY_COMMANDS = ("create", "str_replace", "insert", "delete", "rename")
+MEMORY_RESULTS = ("ok", "conflict", "rejected", "fenced", "failed")
+MEMORY_WRITES = Counter(
+    "hango_memory_writes_total",
+    "Memory tool writes, by command and result.",
+    ["command", "result"],
+)
 RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
 RUNS_FINISHED = Counter(
     "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]
@@ -195,6 +206,9 @@ def _initialise() -> None:
     for limit in RunLimit:
         for then in ("answer", "fail"):
             RUN_LIMITS.labels(limit, then)
+    for command in MEMORY_COMMANDS:
+        for result in MEMORY_RESULTS:
+            MEMORY_WRITES.labels(command, result)
 
 
 _initialise()

@@ -16,7 +16,19 @@ from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_hitl import DecisionRecord
-from hango_worker.agent.ports import Event, FileInfo, Outcome
+from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
+from hango_worker.agent.mw_memory import MemoryBinding, scope_for
+from hango_worker.agent.ports import (
+    Event,
+    FileInfo,
+    MemoryEntry,
+    MemoryFile,
+    MemoryScope,
+    MemoryStore,
+    MemoryWrite,
+    Outcome,
+    WriteContext,
+)
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import FileWrite, State, dump_state
@@ -95,6 +107,87 @@ class MemoryRunIO:
         return [FileInfo(w.path, w.size, w.tool_use_id) for _, w in sorted(self.files.items())]
 
 
+@dataclass
+class StoredMemory:
+    content: str
+    version: int
+    run_id: str
+    tool_use_id: str
+
+
+@dataclass
+class InMemoryMemoryStore:
+    """The memory port in memory, with the same conditions as the Postgres one: a write
+    by a run in `fenced_runs` (a worker that lost the lease) writes nothing, and a write
+    names the version it was made on."""
+
+    files: dict[tuple[str, str, str, str, str], StoredMemory] = field(default_factory=dict)
+    fenced_runs: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def _k(scope: MemoryScope, path: str) -> tuple[str, str, str, str, str]:
+        return (scope.tenant_id, scope.agent_id, scope.kind, scope.key, path)
+
+    async def index(self, scope: MemoryScope, prefix: str, limit: int) -> list[MemoryEntry]:
+        here = self._k(scope, "")[:4]
+        found = sorted(
+            (k[4], f) for k, f in self.files.items() if k[:4] == here and k[4].startswith(prefix)
+        )
+        return [MemoryEntry(p, len(f.content.encode()), f.version) for p, f in found[:limit]]
+
+    async def read(self, scope: MemoryScope, path: str) -> MemoryFile | None:
+        f = self.files.get(self._k(scope, path))
+        return None if f is None else MemoryFile(f.content, f.version)
+
+    def _current(self, scope: MemoryScope, path: str) -> int | None:
+        f = self.files.get(self._k(scope, path))
+        return None if f is None else f.version
+
+    async def create(
+        self, scope: MemoryScope, path: str, content: str, by: WriteContext
+    ) -> MemoryWrite:
+        current = self._current(scope, path)
+        if by.run_id in self.fenced_runs:
+            return MemoryWrite(None, current, fenced=True)
+        if current is not None:
+            return MemoryWrite(None, current)
+        self.files[self._k(scope, path)] = StoredMemory(content, 1, by.run_id, by.tool_use_id)
+        return MemoryWrite(1, None)
+
+    async def update(
+        self,
+        scope: MemoryScope,
+        path: str,
+        content: str,
+        expected: int,
+        by: WriteContext,
+        new_path: str | None = None,
+    ) -> MemoryWrite:
+        current = self._current(scope, path)
+        if by.run_id in self.fenced_runs:
+            return MemoryWrite(None, current, fenced=True)
+        if current != expected:
+            return MemoryWrite(None, current)
+        target = new_path or path
+        if target != path and self._current(scope, target) is not None:
+            return MemoryWrite(None, current, exists=True)
+        del self.files[self._k(scope, path)]
+        stored = StoredMemory(content, expected + 1, by.run_id, by.tool_use_id)
+        self.files[self._k(scope, target)] = stored
+        return MemoryWrite(expected + 1, current)
+
+    async def delete(
+        self, scope: MemoryScope, path: str, expected: int, by: WriteContext
+    ) -> MemoryWrite:
+        current = self._current(scope, path)
+        if by.run_id in self.fenced_runs:
+            return MemoryWrite(None, current, fenced=True)
+        if current != expected:
+            return MemoryWrite(None, current)
+        del self.files[self._k(scope, path)]
+        return MemoryWrite(0, current)
+
+
 def make_state(
     agent: AgentSpec, text: str | None = "hello", history: Sequence[Message] = ()
 ) -> State:
@@ -123,9 +216,12 @@ async def run_agent(
     info: RunInfo | None = None,
     capture_content: bool = False,
     limits: RunOverrides | None = None,
+    memory: MemoryStore | None = None,
+    memory_key: str | None = None,
     decisions: Mapping[str, DecisionRecord] | None = None,
 ) -> tuple[Outcome, State, MemoryRunIO]:
-    """Drive one run attempt in memory. `stack=None` → the default stack for the agent;
+    """Drive one run attempt in memory. `stack=None` → the default stack for the agent
+    (an agent listing the memory tool gets `memory`, or a fresh in-memory store);
     `limits`: a producer's per-run limits (as `runs.input.limits`); `decisions`: a
     person's decisions for a run resumed after waiting (with `info.not_started`)."""
     budget = merge(agent.config, limits)
@@ -137,7 +233,19 @@ async def run_agent(
     state = state or make_state(agent)
     io = io or MemoryRunIO()
     if stack is None:
-        stack = default_stack(StackConfig.for_agent(agent, io, 3, decisions))
+        binding = None
+        if MEMORY_TOOL in agent.tools:
+            scope = scope_for(
+                agent.config.memory_scope or "agent",
+                tenant_id=state.tenant_id,
+                agent_id=agent.id,
+                session_id=state.session_id,
+                memory_key=memory_key,
+            )
+            binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
+        stack = default_stack(
+            StackConfig.for_agent(agent, io, 3, memory=binding, decisions=decisions)
+        )
     settings = LoopSettings(
         max_turns=max_turns,
         retry_base_s=0.01,
