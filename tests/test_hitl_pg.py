@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
+from hango_worker.agent.mw_repair import INTERRUPTED
 from hango_worker.run.execute import RunDeps
 from hango_worker.run.worker import Worker
 from hango_worker.store import decisions, repo
@@ -82,7 +83,7 @@ async def test_an_approved_call_runs_exactly_once_across_kill_9(
     when: str, pool: asyncpg.Pool, dsn: str, tmp_path: Path
 ) -> None:
     await ensure_table(pool)
-    pause = {"name": "pause_once", "input": {"seconds": 120}, "id": "toolu_p"}
+    pause = {"name": "pause_once", "input": {"seconds": 3}, "id": "toolu_p"}
     env = worker_env(dsn, script_file(tmp_path, [{"tool_calls": [pause]}, {"text": "done"}]))
     await make_agent(pool, tools=["pause_once"], config=GATED)
     run_id = await enqueue(pool, "pause")
@@ -113,14 +114,15 @@ async def test_an_approved_call_runs_exactly_once_across_kill_9(
     ran = await executions(pool, "pause")
     assert len(ran) == 1  # never twice, and never lost
     (result,) = [
-        b
+        block
         for role, content in await transcript(pool, run_id)
         if role == "user" and isinstance(content, list)
-        for b in content
-        if b.get("tool_use_id") == "toolu_p"
+        for block in content
+        if block.get("tool_use_id") == "toolu_p"
     ]
+    assert when == "right_after_approval" or ran[0]["pid"] == b.pid
     if ran[0]["pid"] == b.pid:  # killed while it ran: its outcome is unknown
-        assert result["content"].startswith("interrupted")
+        assert result["content"] == INTERRUPTED
     else:
         assert result["content"] == "paused"
 
