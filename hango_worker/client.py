@@ -23,9 +23,9 @@ from typing import Any
 import asyncpg
 
 from hango_worker.agent.limits import parse_overrides
-from hango_worker.store import db, repo
+from hango_worker.store import db, decisions, repo
 from hango_worker.store.sql import DONE_CHANNEL
-from hango_worker.vocab import FINISHED
+from hango_worker.vocab import FINISHED, Decision, RunStatus
 
 EnqueueResult = repo.Enqueued
 
@@ -131,10 +131,50 @@ class Client:
     async def resume(self, run_id: str) -> None:
         await repo.resume(self.pool, self.tenant_id, run_id)
 
+    async def approve(
+        self, run_id: str, call_id: str | None = None, input: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Approve the call the waiting run waits on (`input`: run it with these
+        arguments instead); the run is queued again. NotFound / Conflict otherwise."""
+        return await decisions.decide(
+            self.pool,
+            self.tenant_id,
+            run_id,
+            Decision.APPROVE,
+            call_id=call_id,
+            edited=input,
+            decided_by="client",
+        )
+
+    async def reject(self, run_id: str, reason: str, call_id: str | None = None) -> dict[str, Any]:
+        """Reject the pending call: the model gets an error result carrying `reason`."""
+        return await decisions.decide(
+            self.pool,
+            self.tenant_id,
+            run_id,
+            Decision.REJECT,
+            call_id=call_id,
+            text=reason,
+            decided_by="client",
+        )
+
+    async def answer(self, run_id: str, text: str, call_id: str | None = None) -> dict[str, Any]:
+        """Answer the question (`ask_user`) the waiting run asks."""
+        return await decisions.decide(
+            self.pool,
+            self.tenant_id,
+            run_id,
+            Decision.ANSWER,
+            call_id=call_id,
+            text=text,
+            decided_by="client",
+        )
+
     async def wait(
         self, run_id: str, timeout_s: float = 300.0, poll_s: float = 5.0
     ) -> dict[str, Any]:
-        """Until the run has finished: woken by its `hango_done` notification; a slow
+        """Until the run has finished or waits for a person (status `waiting`): woken by
+        its `hango_done` notification; a slow
         poll (`poll_s`) is the fallback should a notification be missed."""
         done = asyncio.Event()
 
@@ -147,7 +187,7 @@ class Client:
             try:
                 while True:  # listening before the first read: no wake-up is lost
                     run = await repo.get_run(self.pool, self.tenant_id, run_id)
-                    if run["status"] in FINISHED:
+                    if run["status"] in FINISHED or run["status"] == RunStatus.WAITING:
                         return await self.get(run_id)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(done.wait(), poll_s)

@@ -80,6 +80,23 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
     return [p(f"  [{safe(kind)}]", DIM)]
 
 
+def _print_waiting(p: Painter, w: dict[str, Any], since: Any, until: Any) -> None:
+    raw = w.get("call")
+    call: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    what = "an answer" if w.get("reason") == "question" else "approval"
+    p.line(p(f"waiting for {what} since {since}" + (f" (until {until})" if until else ""), YELLOW))
+    p.line(f"  call {safe(call.get('tool_use_id'))}  {safe(call.get('name'))}")
+    if call.get("question"):
+        p.line(f"  question: {safe(call.get('question'))}")
+    p.line(f"  input: {safe(json.dumps(call.get('input'), ensure_ascii=False))[:2000]}")
+    verbs = (
+        "runs answer ID --text …"
+        if what == "an answer"
+        else "runs approve ID | runs reject ID --reason …"
+    )
+    p.line(p(f"  decide with: hango-worker {verbs}", DIM))
+
+
 def print_run(p: Painter, run: dict[str, Any]) -> None:
     status = run["status"]
     colour = (
@@ -95,6 +112,9 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
             if status == "succeeded"
             else p(f"limit: {safe(run['limit_reached'])}", RED)
         )
+    waiting = run.get("waiting_for")
+    if status == "waiting" and isinstance(waiting, dict):
+        _print_waiting(p, waiting, run.get("waiting_since"), run.get("waiting_until"))
     if run.get("usage"):
         p.line(p(f"usage {json.dumps(run['usage'])}", DIM))
     if run.get("error"):

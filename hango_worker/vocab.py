@@ -17,6 +17,7 @@ class RunStatus(StrEnum):
 
     QUEUED = "queued"
     RUNNING = "running"
+    WAITING = "waiting"  # suspended for a person (approval, question): no lease, no slot
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -25,7 +26,7 @@ class RunStatus(StrEnum):
 FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
 # How one attempt ends: a final status, or handed back to the queue at shutdown.
 RELEASED = "released"
-ATTEMPT_ENDS = (*FINISHED, RELEASED)
+ATTEMPT_ENDS = (*FINISHED, RELEASED, RunStatus.WAITING)
 
 
 class ErrorType(StrEnum):
@@ -47,6 +48,7 @@ class ErrorType(StrEnum):
     INVALID_TOOL_RESULT = "invalid_tool_result"
     INVALID_ROW = "invalid_row"
     AGENT_NOT_FOUND = "agent_not_found"
+    APPROVAL_TIMEOUT = "approval_timeout"
     INTERNAL_ERROR = "internal_error"
     CONTEXT_WINDOW_TOO_SMALL = "context_window_too_small"
     # the model stopped
@@ -117,3 +119,13 @@ class RunLimit(StrEnum):
     MAX_TOOL_CALLS = "max_tool_calls"
     TOOL_CALL_LIMIT = "tool_call_limit"  # a call of a tool over its own limit was refused
     DEADLINE = "deadline"  # wall clock: max_duration_s after the run started, or a deadline
+
+
+class Decision(StrEnum):
+    """What a person (or the approval timeout) decided about a waiting run's call
+    (`run_decisions.decision`)."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    ANSWER = "answer"
+    TIMEOUT = "timeout"

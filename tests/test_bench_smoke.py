@@ -67,6 +67,7 @@ def check_chain(ch: dict[str, Any]) -> None:
         "repair_tool_calls",
         "todo",
         "repeat_call",
+        "human_in_the_loop",
         "tool_allowlist",
     ]
     assert set(ch["per_middleware"]) == {

@@ -67,12 +67,17 @@ async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restore
     empty_dsn: str,
 ) -> None:
     await migrate.upgrade(empty_dsn, "head")
+    assert {"waiting_for", "waiting_since", "waiting_until"} <= await _columns(empty_dsn, "runs")
+    assert "run_decisions" in await _tables(empty_dsn)
+    await migrate.downgrade(empty_dsn, "0005_memories")
+    assert not {"waiting_for", "waiting_since"} & await _columns(empty_dsn, "runs")
+    assert "run_decisions" not in await _tables(empty_dsn)
     assert "memories" in await _tables(empty_dsn)
-    await migrate.downgrade(empty_dsn, "-1")  # 0005 → 0004
+    await migrate.downgrade(empty_dsn, "0004_run_files")
     assert "memories" not in await _tables(empty_dsn)
     assert "limit_reached" in await _columns(empty_dsn, "runs")
     assert "run_files" in await _tables(empty_dsn)
-    await migrate.downgrade(empty_dsn, "-1")  # 0004 → 0003
+    await migrate.downgrade(empty_dsn, "0003_queue_integrity")
     assert "limit_reached" not in await _columns(empty_dsn, "runs")
     assert "run_files" not in await _tables(empty_dsn)
     assert {"queued_at", "idempotency_key"} <= await _columns(empty_dsn, "runs")

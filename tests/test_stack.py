@@ -27,12 +27,17 @@ def test_default_stack_order_is_pinned() -> None:
         "repeat_call",
         None,  # PromptCache
         None,  # Memory
-        None,  # HumanInTheLoop
+        "human_in_the_loop",
         "tool_allowlist",
     ]
     chain = Chain(stack)
     assert chain.names[-1] == "tool_allowlist"  # innermost
-    assert [m.name for m in chain.tool_wrappers] == ["filesystem", "repeat_call", "tool_allowlist"]
+    assert [m.name for m in chain.tool_wrappers] == [
+        "filesystem",
+        "repeat_call",
+        "human_in_the_loop",
+        "tool_allowlist",
+    ]
     assert [m.name for m in chain.run_hooks] == ["repair_tool_calls"]
 
 

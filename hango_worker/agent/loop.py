@@ -13,13 +13,14 @@ state_json + events), plus one small fenced commit per completed tool call
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.trace import Link, SpanKind
 
-from hango_worker.agent.calls import ModelCaller, RunCancelled, until_cancelled
+from hango_worker.agent.batch import ToolBatches, Waiting
+from hango_worker.agent.calls import ModelCaller, RunCancelled
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import (
     Budget,
@@ -33,8 +34,7 @@ from hango_worker.agent.limits import (
 from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallRequest
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
-from hango_worker.agent.state import State, StateError, load_private, store_private
-from hango_worker.provider.sanitize import record_sanitized
+from hango_worker.agent.state import State, StateError
 from hango_worker.provider.types import (
     Message,
     ModelError,
@@ -42,13 +42,12 @@ from hango_worker.provider.types import (
     Request,
     StopReason,
     TextSink,
-    ToolUseBlock,
     Usage,
 )
 from hango_worker.telemetry import genai
 from hango_worker.telemetry.tracing import mark_error, tracer, turn_span
 from hango_worker.tool.registry import View
-from hango_worker.tool.types import Tool, ToolContext, ToolResult
+from hango_worker.tool.types import Tool, ToolResult
 from hango_worker.vocab import ErrorType
 
 
@@ -76,11 +75,13 @@ class RunInfo:
     # results recorded for the calls of the pending (last, unanswered) assistant message
     recorded: dict[str, ToolResult] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)  # used by this run's earlier attempts
+    # calls of the pending batch a wait left unstarted (runs.waiting_for): run them now
+    not_started: frozenset[str] = frozenset()
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
 
 
-class AgentLoop:
+class AgentLoop(ToolBatches):
     def __init__(
         self,
         agent: AgentSpec,
@@ -145,9 +146,11 @@ class AgentLoop:
         self._usage.add(info.usage)
         last = state.messages[persisted - 1] if persisted else None
         try:
-            await self._resume_pending(state, info)
+            await self._resume_pending(state, info.recorded, info.not_started, info.turns_done)
             await self.chain.before_run(state)
             self._load_counts(state)
+        except Waiting as w:
+            return await self._finish(state, Outcome("waiting", waiting=w.record))
         except StateError as e:
             return await self._finish(
                 state, Outcome("failed", {"type": ErrorType.INVALID_STATE, "message": str(e)})
@@ -174,6 +177,8 @@ class AgentLoop:
                 )
             except RunCancelled:
                 return await self._finish(state, Outcome("cancelled"))
+            except Waiting as w:
+                return await self._finish(state, Outcome("waiting", waiting=w.record))
             except ModelError as e:
                 return await self._finish(state, Outcome("failed", e.to_dict()))
             except StateError as e:
@@ -195,9 +200,12 @@ class AgentLoop:
 
     async def _finish(self, state: State, outcome: Outcome) -> Outcome:
         outcome.usage = self._usage
-        self._events.append(
-            Event("run_finished", {"status": outcome.status, "error": outcome.error})
-        )
+        if outcome.waiting is not None:
+            self._events.append(Event("run_waiting", outcome.waiting))
+        else:
+            self._events.append(
+                Event("run_finished", {"status": outcome.status, "error": outcome.error})
+            )
         await self._checkpoint(state, outcome)
         return outcome
 
@@ -293,95 +301,6 @@ class AgentLoop:
             )
         return Outcome("succeeded")
 
-    async def _tool_batch(self, state: State, uses: list[ToolUseBlock], stop: StopReason) -> None:
-        results = []
-        seen: set[str] = set()
-        for call in uses:
-            result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
-            if result is None:
-                result = self._over_limit(state, call) or await self._one_tool(state, call)
-            seen.add(call.id)
-            await self.io.record_tool_result(state, call, result, self._tool_event(call, result))
-            results.append(result.to_block(call.id))
-        state.messages.append(Message("user", list(results)))
-        state.scratch.clear()
-
-    def _not_executed(self, call: ToolUseBlock, stop: StopReason) -> ToolResult | None:
-        """The error result for a call that must not run (None: run it)."""
-        if stop == StopReason.MAX_TOKENS or (not call.complete and call.input_error is None):
-            return ToolResult.error(
-                "not executed: the response was cut off by max_tokens before this call's "
-                "arguments were complete; send the call again"
-            )
-        if call.input_error is not None:
-            return ToolResult.error(
-                f"not executed: {call.input_error}; send the call again with its arguments "
-                "as a JSON object",
-                "invalid_arguments",
-            )
-        if self.io.cancel_event.is_set():
-            return ToolResult.error(
-                "not executed: the run was cancelled before this call started", "cancelled"
-            )
-        return None
-
-    def _load_counts(self, state: State) -> None:
-        """Tool-call counts, kept (private state `limits`) only when a tool limit is set."""
-        if self.settings.budget.counts_tools():
-            self._counts = load_private(state, "limits", ToolCounts)[0]
-
-    def _over_limit(self, state: State, call: ToolUseBlock) -> ToolResult | None:
-        """Count the call against the run's tool limits; refuse it when one is used up.
-        The counts are stored with the call's result (or refusal)."""
-        if self._counts is None:
-            return None
-        why = self._limits.refuse_tool(call.name, self._counts)
-        store_private(state, "limits", self._counts)
-        if why is None:
-            return None
-        return ToolResult.error(f"not executed: {why}; give your final answer now", "denied")
-
-    @staticmethod
-    def _tool_event(call: ToolUseBlock, result: ToolResult) -> Event:
-        return Event(
-            "tool_result",
-            {"tool_use_id": call.id, "name": call.name, "input": call.input, **result.to_dict()},
-        )
-
-    async def _one_tool(self, state: State, call: ToolUseBlock) -> ToolResult:
-        ctx = ToolContext(run_id=state.run_id, tenant_id=state.tenant_id, tool_use_id=call.id)
-        tool = self._tools.get(call.name)
-        with genai.tool_span(call, tool, self.settings.capture_content) as span:
-            result = await self._tool_or_cancel(
-                self.chain.tool_call(
-                    ToolCallRequest(call, state, ctx, tool), self._base_tool_handler
-                )
-            )
-            if result.outcome in ("timeout", "cancelled"):
-                limit = tool.limit_s if tool is not None else 0.0
-                event = "tool.timeout" if result.outcome == "timeout" else "tool.cancelled"
-                span.add_event(event, {"hango.tool.timeout_s": limit})
-            record_sanitized("tool_result", result.sanitized, span)
-            genai.end_tool_span(
-                span,
-                call.name if call.name in self._tools else "_unknown",
-                result,
-                self.settings.capture_content,
-            )
-        return result
-
-    async def _tool_or_cancel(self, call: Awaitable[ToolResult]) -> ToolResult:
-        """Run one tool call (through the chain), but stop it as soon as the run is
-        cancelled: the call is then answered as interrupted, its outcome unknown."""
-        try:
-            return await until_cancelled(call, self.io.cancel_event)
-        except RunCancelled:
-            return ToolResult.error(
-                "interrupted: the run was cancelled while this tool was running; "
-                "its outcome is unknown",
-                "cancelled",
-            )
-
     # -- the two base handlers -----------------------------------------------------------
 
     async def _base_model(self, req: ModelRequest) -> ModelResponse:
@@ -414,46 +333,3 @@ class AgentLoop:
             known = ", ".join(self._tools) or "none"
             return ToolResult.error(f"unknown tool '{req.call.name}' (available: {known})")
         return await tool.invoke(req.call.input, req.context)
-
-    # -- resume ----------------------------------------------------------------------------
-
-    async def _resume_pending(self, state: State, info: RunInfo) -> None:
-        """Answer the tool calls of an interrupted batch: recorded results (of this
-        very turn: `info.recorded` holds only the pending assistant message's) are
-        reused, idempotent tools re-run unless a cancel is pending, the rest left for
-        RepairToolCalls. A repeated id in the batch gets the duplicate error again."""
-        if not state.messages or state.messages[-1].role != "assistant":
-            return
-        uses = state.messages[-1].tool_uses()
-        if not uses:
-            return
-        self._tools = {t.name: t for t in [*self.view, *self.chain.tools(state)]}
-        cancelling = self.io.stop_requested() == "cancel"
-        blocks = []
-        seen: set[str] = set()
-        for call in uses:
-            duplicate = call.id in seen
-            seen.add(call.id)
-            if duplicate:
-                blocks.append(_duplicate_id(call).to_block(call.id))
-                continue
-            if call.id in info.recorded:
-                blocks.append(info.recorded[call.id].to_block(call.id))
-                continue
-            tool = self._tools.get(call.name)
-            if tool is not None and tool.idempotent and not cancelling:
-                with turn_span("resume tool batch", {"hango.turn.index": info.turns_done}):
-                    result = await self._one_tool(state, call)
-                await self.io.record_tool_result(
-                    state, call, result, self._tool_event(call, result)
-                )
-                blocks.append(result.to_block(call.id))
-        if blocks:
-            state.messages.append(Message("user", list(blocks)))
-
-
-def _duplicate_id(call: ToolUseBlock) -> ToolResult:
-    return ToolResult.error(
-        f"not executed: tool_use id {call.id!r} appears more than once in this response; "
-        "every tool call needs its own id"
-    )

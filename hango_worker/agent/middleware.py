@@ -54,6 +54,18 @@ class ToolCallRequest:
         return replace(self, call=replace(self.call, **changes))
 
 
+class SuspendRun(Exception):
+    """Raised by a tool wrapper to suspend the run before this call executes: the run
+    becomes `waiting` (docs/design.md §12, one way to wait) until a decision arrives.
+    `reason` is what it waits for ("approval", "question"); `detail` is shown to the
+    person who decides (JSON data). Wrappers outside it must not count the call."""
+
+    def __init__(self, reason: str, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail or {}
+
+
 ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from hango_worker.agent.middleware import ToolCallRequest, ToolHandler
+from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
 from hango_worker.agent.state import load_private, store_private
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import middleware_event
@@ -69,6 +69,7 @@ class RepeatCall:
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         st, _ = load_private(req.state, self.name, RepeatState)
+        before = st.model_copy(deep=True)
         key = call_key(req.call.name, req.call.input)
         prior = st.bump(key)
         store_private(req.state, self.name, st)
@@ -88,4 +89,8 @@ class RepeatCall:
                 f"this exact call was already made {prior} times; "
                 "use the previous result or change approach"
             )
-        return await next(req)
+        try:
+            return await next(req)
+        except SuspendRun:  # the call waits for a person: it was not made, so not counted
+            store_private(req.state, self.name, before)
+            raise

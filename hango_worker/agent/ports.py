@@ -11,7 +11,7 @@ from hango_worker.agent.state import State
 from hango_worker.provider.types import Message, ToolUseBlock, Usage
 from hango_worker.tool.types import ToolResult
 
-Status = Literal["succeeded", "failed", "cancelled", "released"]
+Status = Literal["succeeded", "failed", "cancelled", "released", "waiting"]
 
 
 @dataclass(slots=True)
@@ -28,6 +28,8 @@ class Outcome:
     error: dict[str, Any] | None = None
     usage: Usage = field(default_factory=Usage)
     limit: str | None = None  # the limit that ended the run (agent/limits.py), if any
+    # status "waiting": what the run waits for (stored as runs.waiting_for)
+    waiting: dict[str, Any] | None = None
 
 
 class Fenced(Exception):
@@ -58,6 +60,11 @@ class RunIO(Protocol):
     ) -> None: ...
 
     def stop_requested(self) -> Literal["cancel", "shutdown"] | None: ...
+
+    async def mark_started(self, tool_use_id: str) -> None:
+        """A call of a batch resumed after waiting is about to start: record it, so a
+        later attempt treats it as interrupted, not as never started (exactly once)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hango_worker.agent.limits import Budget
+from hango_worker.agent.mw_hitl import ApprovalRule
 from hango_worker.provider.types import TextBlock
 
 
@@ -21,6 +22,10 @@ class AgentConfig(Budget):
     temperature: float | None = Field(default=None, ge=0, le=1)
     # at a limit (max_turns): one last tool-free call for the answer, or fail (agent/limits.py)
     on_limit: Literal["answer", "fail"] = "answer"
+    # calls that wait for a person's approval (agent/mw_hitl.py), and for how long
+    approvals: list[ApprovalRule] = Field(default_factory=list)
+    approval_timeout_s: float | None = Field(default=None, gt=0, le=90 * 86400)
+    on_approval_timeout: Literal["reject", "fail"] = "reject"
     # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
     offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
     # whose long-term memory the `memory` tool edits: the agent's (shared by all its

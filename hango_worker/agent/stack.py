@@ -6,12 +6,15 @@ the chain, so the order of the finished product is visible today.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from hango_worker.agent.compaction import CompactionConfig
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
 from hango_worker.agent.mw_filesystem import DEFAULT_OFFLOAD_THRESHOLD_BYTES, FILE_TOOLS, Filesystem
+from hango_worker.agent.mw_hitl import ASK_USER, ApprovalRule, DecisionRecord, HumanInTheLoop
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import Memory, MemoryBinding
 from hango_worker.agent.mw_repair import RepairToolCalls
@@ -24,7 +27,7 @@ from hango_worker.agent.spec import AgentSpec
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
 # tools the stack's middlewares offer (each only to agents that list it)
-PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL)
+PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL, ASK_USER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,11 @@ class StackConfig:
     # the run's memory store and scope; required when the agent lists the memory tool
     memory: MemoryBinding | None = None
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    approvals: tuple[ApprovalRule, ...] = ()
+    # decisions for the pending turn of a run resumed after waiting (by tool_use id)
+    decisions: Mapping[str, DecisionRecord] = field(default_factory=dict)
+    approval_timeout_s: float | None = None
+    on_approval_timeout: Literal["reject", "fail"] = "reject"
 
     @classmethod
     def for_agent(
@@ -45,8 +53,10 @@ class StackConfig:
         files: FileStore | None,
         repeat_call_threshold: int,
         memory: MemoryBinding | None = None,
+        decisions: Mapping[str, DecisionRecord] | None = None,
     ) -> StackConfig:
-        """The agent's configuration over the worker's defaults."""
+        """The agent's configuration over the worker's defaults; `decisions`: a person's,
+        for a run resumed after waiting."""
         c = agent.config
         return cls(
             tuple(agent.tools),
@@ -55,6 +65,10 @@ class StackConfig:
             offload_threshold_bytes=c.offload_threshold_bytes or DEFAULT_OFFLOAD_THRESHOLD_BYTES,
             memory=memory,
             compaction=CompactionConfig.of(c),
+            approvals=tuple(c.approvals),
+            decisions=decisions or {},
+            approval_timeout_s=c.approval_timeout_s,
+            on_approval_timeout=c.on_approval_timeout,
         )
 
 
@@ -90,7 +104,13 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         _memory(cfg),
         # HumanInTheLoop: just outside the allowlist, so approvals see calls after every
         # rewrite; it sees a call before the allowlist does, so it must skip banned tools.
-        None,
+        HumanInTheLoop(
+            cfg.approvals,
+            cfg.allowlist,
+            cfg.decisions,
+            cfg.approval_timeout_s,
+            cfg.on_approval_timeout,
+        ),
         # ToolAllowlist: last = innermost, so no middleware can re-add a banned tool.
         # (`provided`: tools this stack offers every agent; unlisted ones are dropped quietly.)
         ToolAllowlist(cfg.allowlist, provided=PROVIDED_TOOLS),

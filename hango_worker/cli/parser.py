@@ -132,6 +132,29 @@ def _runs(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
         sp = cmd(verb, fn, h, rs)
         sp.add_argument("run_id", type=a_uuid("a run id"))
         sp.add_argument("--json", action="store_true")
+    _decisions(rs, cmd)
+
+
+def _decisions(rs: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
+    from hango_worker.cli import decide as d
+
+    for verb, fn, h in (
+        ("approve", d.cmd_runs_approve, "approve the call a waiting run waits on"),
+        ("reject", d.cmd_runs_reject, "reject the call a waiting run waits on, with a reason"),
+        ("answer", d.cmd_runs_answer, "answer the question a waiting run asks"),
+    ):
+        sp = cmd(verb, fn, h, rs)
+        sp.add_argument("run_id", type=a_uuid("a run id"))
+        sp.add_argument("--call", type=text, metavar="CALL_ID", help="the call (default: pending)")
+        sp.add_argument("--json", action="store_true")
+        if verb == "approve":
+            sp.add_argument(
+                "--input", type=text, metavar="JSON", help="run it with these arguments"
+            )
+        if verb == "reject":
+            sp.add_argument("--reason", type=text, required=True, help="told to the model")
+        if verb == "answer":
+            sp.add_argument("--text", type=text, required=True, help="the answer")
     fl = cmd("files", c.cmd_runs_files, "the run's files: path, size, tool call, updated", rs)
     fl.add_argument("run_id", type=a_uuid("a run id"))
     fl.add_argument("--json", action="store_true")

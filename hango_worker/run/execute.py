@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import asyncpg
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import MemoryBinding, MemoryScopeError, scope_for
 from hango_worker.agent.ports import Outcome
@@ -29,7 +30,7 @@ from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import ToolResult
-from hango_worker.vocab import ErrorType
+from hango_worker.vocab import Decision, ErrorType
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Loaded:
     next_message_seq: int
     next_event_seq: int
     overrides: RunOverrides | None = None  # runs.input.limits
+    decisions: dict[str, DecisionRecord] = field(default_factory=dict)  # after a wait
 
 
 class LoadError(Exception):
@@ -90,6 +92,10 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
     recorded: dict[str, ToolResult] = {}
     if rows and rows[-1]["role"] == "assistant":  # a pending turn: its recorded results
         recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1]["seq"]))
+    decisions: dict[str, DecisionRecord] = {}
+    if c.waiting_for is not None and rows and rows[-1]["role"] == "assistant":
+        found = await pool.fetch(sql.LOAD_DECISIONS, c.run_id, rows[-1]["seq"])
+        decisions = _decisions(found, messages[persisted - 1])
     return Loaded(
         agent=agent,
         messages=messages,
@@ -99,6 +105,7 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
         next_message_seq=int(ctx["last_seq"]) + 1,
         next_event_seq=int(ctx["last_event_seq"]) + 1,
         overrides=overrides,
+        decisions=decisions,
     )
 
 
@@ -115,6 +122,28 @@ def _overrides(run_input: Any) -> RunOverrides | None:
         raise LoadError(
             ErrorType.INVALID_INPUT, f"runs.input.limits is invalid at {loc}: {err['msg']}"
         ) from None
+
+
+def _decisions(rows: list[Any], pending: Message) -> dict[str, DecisionRecord]:
+    """The decisions for the pending turn's calls, each tied to its call (name, input)."""
+    calls = {u.id: u for u in pending.tool_uses()}
+    out = {}
+    for r in rows:
+        call = calls.get(str(r["tool_use_id"]))
+        if call is None:
+            continue
+        try:
+            edited = decode_json(r["input"], "run_decisions.input")
+            if edited is not None and not isinstance(edited, dict):
+                raise ValueError("run_decisions.input must be a JSON object")
+            out[call.id] = DecisionRecord(
+                Decision(r["decision"]), call.name, call.input, edited, r["text"]
+            )
+        except ValueError as e:
+            raise LoadError(
+                ErrorType.INVALID_STATE, f"the decision for call {call.id!r}: {_why(e)}"
+            ) from None
+    return out
 
 
 def _agent(row: dict[str, Any]) -> AgentSpec:
@@ -244,6 +273,7 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         recorded=loaded.recorded,
         persisted=loaded.persisted,
         usage=c.usage,
+        not_started=frozenset((c.waiting_for or {}).get("not_started", [])),
         parent=parent,
         links=links,
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
@@ -288,7 +318,10 @@ def _build_loop(
     agent, run_id, over = loaded.agent, c.run_id, loaded.overrides
     budget = merge(agent.config, over)
     obs = deps.observer
-    chain = Chain(default_stack(StackConfig.for_agent(agent, io, s.repeat_call_threshold, memory)))
+    cfg = StackConfig.for_agent(
+        agent, io, s.repeat_call_threshold, memory=memory, decisions=loaded.decisions
+    )
+    chain = Chain(default_stack(cfg))
     settings = LoopSettings(
         max_turns=(over and over.max_turns) or agent.config.max_turns or s.max_turns,
         model_retries=s.model_retries,

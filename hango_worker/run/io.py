@@ -66,6 +66,7 @@ class Claim:
     queued_s: float = 0.0
     started_s: float = 0.0  # when the run first started (epoch seconds)
     usage: Usage = field(default_factory=Usage)  # used by earlier attempts
+    waiting_for: dict[str, Any] | None = None  # set when resumed after a wait
     # set when the row cannot be decoded: the run is failed with it at once
     invalid: dict[str, str] | None = None
 
@@ -92,9 +93,22 @@ class Claim:
         try:
             c.state_json = decode_json(r["state_json"], "runs.state_json")
             c.usage = _decode_usage(r["usage"])
+            c.waiting_for = _decode_waiting(r["waiting_for"])
         except ValueError as e:
             c.invalid = c.invalid or {"type": ErrorType.INVALID_STATE, "message": str(e)}
         return c
+
+
+def _decode_waiting(raw: str | None) -> dict[str, Any] | None:
+    """`runs.waiting_for` of a run resumed after a wait (written by us)."""
+    d = decode_json(raw, "runs.waiting_for")
+    if d is None:
+        return None
+    ok = isinstance(d, dict) and isinstance(d.get("not_started", []), list)
+    if not ok or not all(isinstance(x, str) for x in d.get("not_started", [])):
+        raise ValueError("runs.waiting_for must be an object whose not_started is a list of ids")
+    record: dict[str, Any] = d
+    return record
 
 
 def _decode_usage(raw: str | None) -> Usage:
@@ -217,6 +231,8 @@ class PgRunIO:
                 if attempts > 1:  # our earlier try committed before the connection dropped
                     return 1, False
                 raise
+            if row is None:  # an UPDATE … RETURNING that matched no row: fenced out
+                return 0, False
             return int(row["fenced"]), bool(row["cancel"])
 
         n, cancel = await with_reconnect(
@@ -256,6 +272,7 @@ class PgRunIO:
             [e.type for e in events],
             [_dumps(e.payload) for e in events],
             *_file_args(writes),
+            outcome.waiting if outcome else None,
         )
         del state.file_writes[: len(writes)]
         self._msg_seq += len(new_messages)
@@ -264,6 +281,9 @@ class PgRunIO:
                 self.turn_seq = seq
         self._event_seq += len(events)
         self._published(e_seq, events)
+
+    async def mark_started(self, tool_use_id: str) -> None:
+        await self._fenced(sql.MARK_STARTED, *self._fence_args(), tool_use_id, self.lease_s)
 
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
@@ -320,6 +340,7 @@ class PgRunIO:
             [],
             [],
             [],
+            None,
         )
 
     # -- FileStore: the run's files, plain reads scoped by run id --------------------------

@@ -294,4 +294,22 @@ class Worker:
         if stats is not None:
             metrics.QUEUE_DEPTH.set(stats["depth"])
             metrics.QUEUE_OLDEST_AGE.set(stats["oldest_age_s"])
+            metrics.RUNS_WAITING.set(stats["waiting"])
+            metrics.WAITING_OLDEST.set(stats["waiting_oldest_s"])
+        return len(rows) + await self._expire_waiting()
+
+    async def _expire_waiting(self) -> int:
+        """Waiting runs past their approval timeout: re-queued with the call rejected,
+        or failed (the agent's `on_approval_timeout`). Its own statement, so a problem
+        with it never stops the reclaim above."""
+        try:
+            rows = await self.deps.pool.fetch(sql.EXPIRE_WAITING, self.worker_id)
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as e:
+            log.warning("approval timeout sweep failed: %s", e)
+            return 0
+        for r in rows:
+            metrics.APPROVAL_TIMEOUTS.labels(r["status"]).inc()
+            if r["status"] == "failed":
+                metrics.RUNS_FAILED.labels("approval_timeout").inc()
+                metrics.RUNS_FINISHED.labels("failed").inc()
         return len(rows)

@@ -247,7 +247,8 @@ RUN_COLUMNS = (
     "id::text, tenant_id::text, session_id::text, agent_id::text, status, "
     "input::text AS input, state_json::text AS state_json, "
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
-    "started_at, finished_at, limit_reached"
+    "started_at, finished_at, limit_reached, waiting_for::text AS waiting_for, "
+    "waiting_since, waiting_until"
 )
 
 
@@ -264,6 +265,7 @@ async def get_run(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, An
     run = dict(row)
     run["input"] = readable_json(run["input"])
     run["state_json"] = readable_json(run["state_json"])
+    run["waiting_for"] = readable_json(run["waiting_for"])
     return run
 
 
@@ -326,14 +328,15 @@ async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
     ones at their next turn boundary. The request survives a takeover: only resume
     clears it."""
     await get_run(db, tenant_id, run_id)
-    now_ = f"(status = 'queued' OR {NO_LEASE})"
+    now_ = f"(status IN ('queued', 'waiting') OR {NO_LEASE})"
     row = await db.fetchrow(
         f"UPDATE runs SET cancel_requested = NOT {now_}, "
         f"status = CASE WHEN {now_} THEN 'cancelled' ELSE status END, "
         f"finished_at = CASE WHEN {now_} THEN now() ELSE finished_at END, "
         f"lease_owner = CASE WHEN {now_} THEN NULL ELSE lease_owner END, "
         f"lease_expires_at = CASE WHEN {now_} THEN NULL ELSE lease_expires_at END "
-        "WHERE id = $1 AND tenant_id = $2 AND status IN ('queued', 'running') RETURNING status",
+        "WHERE id = $1 AND tenant_id = $2 AND status IN ('queued', 'running', 'waiting') "
+        "RETURNING status",
         run_id,
         tenant_id,
     )

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
-from hango_worker.vocab import RunStatus
+from hango_worker.vocab import Decision, RunStatus
 
 metadata = MetaData()
 
@@ -95,6 +95,11 @@ runs = Table(
     Column("finished_at", DateTime(timezone=True)),
     # which limit ended the run with a wind-up answer (e.g. 'max_turns'); NULL otherwise
     Column("limit_reached", Text),
+    # a waiting run (suspended for a person): the call it waits on, the calls of its
+    # batch not started yet, the timeout rule; since when, and until when (timeout)
+    Column("waiting_for", JSONB),
+    Column("waiting_since", DateTime(timezone=True)),
+    Column("waiting_until", DateTime(timezone=True)),
     CheckConstraint(
         "status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + ")",
         name="runs_status_check",
@@ -102,6 +107,7 @@ runs = Table(
     Index("runs_queued_idx", "created_at", postgresql_where=text("status = 'queued'")),
     Index("runs_lease_idx", "lease_expires_at", postgresql_where=text("status = 'running'")),
     Index("runs_session_idx", "session_id"),
+    Index("runs_waiting_idx", "waiting_until", postgresql_where=text("status = 'waiting'")),
     Index("runs_tenant_created_idx", "tenant_id", "created_at"),
     Index(
         "runs_idempotency_key_idx",
@@ -173,6 +179,27 @@ run_files = Table(
     Column("tool_use_id", Text),  # the call whose result (or write) produced it
     _now(),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# A person's decision about a waiting run's call (or the approval timeout's), for the
+# pending turn (`message_seq`, the assistant message that made the call).
+run_decisions = Table(
+    "run_decisions",
+    metadata,
+    Column(
+        "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("message_seq", Integer, primary_key=True),
+    Column("tool_use_id", Text, primary_key=True),
+    Column("decision", Text, nullable=False),
+    Column("input", JSONB),  # approve with edited arguments
+    Column("text", Text),  # a reject's reason or an answer
+    Column("decided_by", Text),
+    _now(),
+    CheckConstraint(
+        "decision IN (" + ", ".join(f"'{d}'" for d in Decision) + ")",
+        name="run_decisions_decision_check",
+    ),
 )
 
 # Long-term memory (docs/design.md §12): files under /memories that outlive runs,

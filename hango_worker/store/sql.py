@@ -38,6 +38,7 @@ FROM picked WHERE runs.id = picked.id
 RETURNING runs.id::text, runs.tenant_id::text, runs.session_id::text, runs.agent_id::text,
     runs.input::text AS input, runs.state_json::text AS state_json, runs.attempt,
     runs.trace_parent, runs.cancel_requested, runs.usage::text AS usage,
+    runs.waiting_for::text AS waiting_for,
     greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s,
     extract(epoch FROM runs.started_at)::float8 AS started_s
 """
@@ -69,8 +70,16 @@ LOAD_TOOL_RESULTS = (
     "WHERE run_id = $1 AND (message_seq = $2 OR message_seq IS NULL)"
 )
 
+# The decisions a person made for the calls of the pending turn (a run resumed after
+# waiting; read only then).
+LOAD_DECISIONS = (
+    "SELECT tool_use_id, decision, input::text AS input, text FROM run_decisions "
+    "WHERE run_id = $1 AND message_seq = $2"
+)
+
 # One statement per turn: fence + messages + events + state (+ final status), and any
 # run files still in the outbox (State.file_writes; normally flushed by RECORD_TOOL).
+# A run that suspends for a person ends its attempt here too (status 'waiting', $21).
 # A NULL state leaves state_json as found (a run failed before its state was read).
 CHECKPOINT = """
 WITH fence AS (
@@ -86,7 +95,12 @@ WITH fence AS (
         error = CASE WHEN $5::text IS NULL OR $5::text = 'released' THEN error ELSE $7::jsonb END,
         usage = coalesce($8::jsonb, usage),
         trace_parent = coalesce($9::text, trace_parent),
-        limit_reached = coalesce($10::text, limit_reached)
+        limit_reached = coalesce($10::text, limit_reached),
+        waiting_for = CASE WHEN $5::text = 'waiting' THEN $21::jsonb
+                           WHEN $5::text = 'released' THEN waiting_for ELSE NULL END,
+        waiting_since = CASE WHEN $5::text = 'waiting' THEN now() ELSE waiting_since END,
+        waiting_until = CASE WHEN $5::text = 'waiting'
+            THEN now() + make_interval(secs => ($21::jsonb->>'timeout_s')::float8) END
     WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
     RETURNING id, session_id, cancel_requested
 ), msgs AS (
@@ -109,11 +123,25 @@ WITH fence AS (
     RETURNING 1
 ), done AS (
     SELECT pg_notify('hango_done', f.id::text) FROM fence f
-    WHERE $5::text IN ('succeeded', 'failed', 'cancelled')
+    WHERE $5::text IN ('succeeded', 'failed', 'cancelled', 'waiting')
 )
 SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel,
     (SELECT count(*) FROM done) AS notified
 FROM fence
+"""
+
+# A call of a batch resumed after a wait is about to start: take it off the list of
+# calls not started, so a later attempt answers it as interrupted (never runs it twice).
+MARK_STARTED = """
+UPDATE runs SET waiting_for = CASE
+        WHEN jsonb_typeof(waiting_for->'not_started') = 'array' THEN
+            jsonb_set(waiting_for, '{not_started}', coalesce(
+                (SELECT jsonb_agg(x) FROM jsonb_array_elements(waiting_for->'not_started') x
+                 WHERE x <> to_jsonb($4::text)), '[]'::jsonb))
+        ELSE waiting_for END,
+    lease_expires_at = now() + make_interval(secs => $5)
+WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
+RETURNING 1 AS fenced, cancel_requested AS cancel
 """
 
 # One small commit per completed tool call: result + state + its event, fenced.
@@ -222,8 +250,56 @@ LIST_RUN_FILES = (
 
 QUEUE_STATS = """
 SELECT count(*) AS depth,
-    coalesce(extract(epoch FROM now() - min(queued_at)), 0)::float8 AS oldest_age_s
+    coalesce(extract(epoch FROM now() - min(queued_at)), 0)::float8 AS oldest_age_s,
+    (SELECT count(*) FROM runs WHERE status = 'waiting') AS waiting,
+    (SELECT coalesce(extract(epoch FROM now() - min(waiting_since)), 0)::float8
+     FROM runs WHERE status = 'waiting') AS waiting_oldest_s
 FROM runs WHERE status = 'queued'
+"""
+
+# Waiting runs past their approval timeout (runs_waiting_idx): by the agent's
+# on_approval_timeout, the pending call is answered "timed out" and the run re-queued
+# (reject), or the run fails with approval_timeout (fail). A record without a call id
+# is re-queued without a decision: the resumed run asks again, nothing stalls.
+EXPIRE_WAITING = """
+WITH due AS (
+    SELECT id, waiting_for, (waiting_for->>'on_timeout' = 'fail') AS fail FROM runs
+    WHERE status = 'waiting' AND waiting_until < now()
+    ORDER BY waiting_until FOR UPDATE SKIP LOCKED LIMIT 100
+), dec AS (
+    INSERT INTO run_decisions (run_id, message_seq, tool_use_id, decision, text, decided_by)
+    SELECT d.id, (SELECT max(m.seq) FROM messages m WHERE m.run_id = d.id
+                  AND m.role = 'assistant'),
+        d.waiting_for->'call'->>'tool_use_id', 'timeout', 'no decision in time', $1
+    FROM due d WHERE NOT coalesce(d.fail, false)
+        AND d.waiting_for->'call'->>'tool_use_id' IS NOT NULL
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), upd AS (
+    UPDATE runs r SET
+        status = CASE WHEN d.fail THEN 'failed' ELSE 'queued' END,
+        error = CASE WHEN d.fail THEN jsonb_build_object('type', 'approval_timeout',
+            'message', 'no decision within the approval timeout ('
+            || coalesce(d.waiting_for->>'timeout_s', '?') || ' s, approval_timeout_s)')
+            ELSE r.error END,
+        finished_at = CASE WHEN d.fail THEN now() ELSE NULL END,
+        queued_at = CASE WHEN d.fail THEN r.queued_at ELSE now() END,
+        waiting_until = NULL
+    FROM due d WHERE r.id = d.id
+    RETURNING r.id, r.status, r.error
+), ev AS (
+    INSERT INTO run_events (run_id, seq, type, payload, worker_id)
+    SELECT u.id, coalesce((SELECT max(e.seq) FROM run_events e WHERE e.run_id = u.id), 0) + 1,
+        CASE WHEN u.status = 'failed' THEN 'run_finished' ELSE 'decision' END,
+        CASE WHEN u.status = 'failed' THEN jsonb_build_object('status', 'failed', 'error', u.error)
+             ELSE jsonb_build_object('decision', 'timeout', 'by', $1) END, $1
+    FROM upd u
+    RETURNING 1
+), done AS (
+    SELECT pg_notify(CASE WHEN u.status = 'failed' THEN 'hango_done' ELSE 'hango_runs' END,
+        u.id::text) FROM upd u
+)
+SELECT u.id::text AS id, u.status, (SELECT count(*) FROM done) AS notified FROM upd u
 """
 
 NOTIFY = "SELECT pg_notify($1, $2)"

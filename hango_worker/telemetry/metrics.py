@@ -11,6 +11,7 @@ from hango_worker.vocab import (
     ATTEMPT_ENDS,
     MODEL_ERROR_TYPES,
     RUN_ERROR_TYPES,
+    Decision,
     RunLimit,
     ToolOutcome,
 )
@@ -131,6 +132,29 @@ MODEL_TOKENS = Counter(
     "Model tokens by type (input excludes cache; cache hit ratio = cache_read / all input).",
     ["type"],
 )
+RUNS_WAITING = Gauge(
+    "hango_runs_waiting", "Runs waiting for a person (approval or answer); global."
+)
+WAITING_OLDEST = Gauge(
+    "hango_runs_waiting_oldest_seconds",
+    "How long the longest-waiting run has waited for a decision; global.",
+)
+RUNS_SUSPENDED = Counter(
+    "hango_runs_suspended_total",
+    "Attempts that ended waiting for a person, by what they wait for.",
+    ["reason"],
+)
+HITL_DECISIONS = Counter(
+    "hango_hitl_decisions_total",
+    "Decisions applied to a resumed run's call: approve, reject, answer, timeout.",
+    ["decision"],
+)
+APPROVAL_TIMEOUTS = Counter(
+    "hango_approval_timeouts_total",
+    "Waiting runs past their approval timeout, by what followed: queued (the call "
+    "rejected) or failed.",
+    ["status"],
+)
 RUN_LIMITS = Counter(
     "hango_run_limits_total",
     "Runs that reached a limit (max_turns, …), by limit and by what followed: "
@@ -184,6 +208,12 @@ def _initialise() -> None:
         MODEL_FAILURES.labels(etype)
     for state in ("used", "total"):
         WORKER_SLOTS.labels(state)
+    for reason in ("approval", "question"):
+        RUNS_SUSPENDED.labels(reason)
+    for decision in Decision:
+        HITL_DECISIONS.labels(decision)
+    for status in ("queued", "failed"):
+        APPROVAL_TIMEOUTS.labels(status)
     for limit in RunLimit:
         for then in ("answer", "fail"):
             RUN_LIMITS.labels(limit, then)

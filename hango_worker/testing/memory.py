@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,6 +15,7 @@ from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
+from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import MemoryBinding, scope_for
 from hango_worker.agent.ports import (
@@ -55,6 +56,7 @@ class MemoryRunIO:
     tool_results: dict[str, ToolResult] = field(default_factory=dict)
     outcome: Outcome | None = None
     usage: Usage | None = None  # as of the last checkpoint
+    started: list[str] = field(default_factory=list)  # calls resumed after a wait
     # the run's files (run_files), written with the tool result or checkpoint that
     # carried them out of the State.file_writes outbox, as in PgRunIO
     files: dict[str, FileWrite] = field(default_factory=dict)
@@ -81,6 +83,9 @@ class MemoryRunIO:
         )
         if outcome is not None:
             self.outcome = outcome
+
+    async def mark_started(self, tool_use_id: str) -> None:
+        self.started.append(tool_use_id)
 
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
@@ -213,10 +218,12 @@ async def run_agent(
     limits: RunOverrides | None = None,
     memory: MemoryStore | None = None,
     memory_key: str | None = None,
+    decisions: Mapping[str, DecisionRecord] | None = None,
 ) -> tuple[Outcome, State, MemoryRunIO]:
     """Drive one run attempt in memory. `stack=None` → the default stack for the agent
     (an agent listing the memory tool gets `memory`, or a fresh in-memory store);
-    `limits`: a producer's per-run limits (as `runs.input.limits`)."""
+    `limits`: a producer's per-run limits (as `runs.input.limits`); `decisions`: a
+    person's decisions for a run resumed after waiting (with `info.not_started`)."""
     budget = merge(agent.config, limits)
     if limits is not None and limits.max_turns is not None:
         max_turns = limits.max_turns
@@ -236,7 +243,9 @@ async def run_agent(
                 memory_key=memory_key,
             )
             binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
-        stack = default_stack(StackConfig.for_agent(agent, io, 3, binding))
+        stack = default_stack(
+            StackConfig.for_agent(agent, io, 3, memory=binding, decisions=decisions)
+        )
     settings = LoopSettings(
         max_turns=max_turns,
         retry_base_s=0.01,

@@ -1,0 +1,62 @@
+"""`runs approve|reject|answer`: a person's decision about a waiting run."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+from typing import Any
+
+from hango_worker.cli import exits
+from hango_worker.cli.commands import pool_for
+from hango_worker.cli.exits import CliError
+from hango_worker.config import Settings
+from hango_worker.store import decisions, repo
+from hango_worker.vocab import Decision
+
+
+def _edited(raw: str | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as e:
+        raise CliError(f"--input is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise CliError("--input must be a JSON object (the call's arguments)")
+    return value
+
+
+async def _decide(s: Settings, a: argparse.Namespace, d: Decision, **kw: Any) -> int:
+    try:
+        async with pool_for(s) as (_, pool):
+            done = await decisions.decide(
+                pool,
+                repo.DEFAULT_TENANT_ID,
+                a.run_id,
+                d,
+                call_id=a.call,
+                decided_by=f"cli:{getpass.getuser()}",
+                **kw,
+            )
+    except ValueError as e:
+        if isinstance(e, repo.Conflict):
+            raise
+        raise CliError(str(e)) from None
+    if a.json:
+        print(json.dumps({**done, "status": "queued"}))
+    else:
+        print(f"{done['decision']} {done['tool_use_id']}: the run is queued again")
+    return exits.OK
+
+
+async def cmd_runs_approve(s: Settings, a: argparse.Namespace) -> int:
+    return await _decide(s, a, Decision.APPROVE, edited=_edited(a.input))
+
+
+async def cmd_runs_reject(s: Settings, a: argparse.Namespace) -> int:
+    return await _decide(s, a, Decision.REJECT, text=a.reason)
+
+
+async def cmd_runs_answer(s: Settings, a: argparse.Namespace) -> int:
+    return await _decide(s, a, Decision.ANSWER, text=a.text)

@@ -1,0 +1,192 @@
+"""A person in the loop (agent/mw_hitl.py, agent/batch.py): a call that needs approval
+suspends the run before it executes; the decision decides what runs, exactly once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hango_worker.agent.loop import RunInfo
+from hango_worker.agent.mw_hitl import DecisionRecord
+from hango_worker.agent.state import State
+from hango_worker.provider.types import ToolResultBlock
+from hango_worker.testing.memory import MemoryRunIO, run_agent
+from hango_worker.vocab import Decision
+from tests.helpers import agent, call, recording_tool, scripted
+from tests.test_chain import CapturingProvider
+
+BATCH = {
+    "text": "Working.",
+    "tool_calls": [
+        call("calculator", expression="1+1"),
+        call("echo", text="rm -rf /tmp/x"),
+        call("calculator", expression="2+2"),
+    ],
+}
+ANSWER = {"text": "Done."}
+ECHO_ID = "toolu_s0000_1"
+
+
+def approver(**config: Any) -> Any:
+    base: dict[str, Any] = {"approvals": [{"tool": "echo"}]}
+    return agent(tools=["calculator", "echo"], **{**base, **config})
+
+
+async def suspend(a: Any = None, turns: tuple[dict[str, Any], ...] = (BATCH, ANSWER)) -> Any:
+    tool, calls = recording_tool()
+    outcome, state, io = await run_agent(a or approver(), scripted(*turns), tools=[tool])
+    return outcome, state, io, tool, calls
+
+
+async def resume(
+    state: State, io: MemoryRunIO, tool: Any, decisions: dict[str, DecisionRecord], a: Any = None
+) -> tuple[Any, State, MemoryRunIO, CapturingProvider]:
+    """The attempt that resumes a waiting run, as the worker builds it: recorded results,
+    the calls not started, the decisions for the pending turn."""
+    waiting = io.outcome.waiting if io.outcome else None
+    assert waiting is not None
+    provider = CapturingProvider(scripted(BATCH, ANSWER))
+    info = RunInfo(
+        persisted=len(state.messages),
+        turns_done=1,
+        recorded=dict(io.tool_results),
+        not_started=frozenset(waiting["not_started"]),
+    )
+    again = MemoryRunIO()
+    outcome, state, _ = await run_agent(
+        a or approver(),
+        provider,
+        tools=[tool],
+        state=state,
+        io=again,
+        info=info,
+        decisions=decisions,
+    )
+    return outcome, state, again, provider
+
+
+def approve(input: dict[str, Any] | None = None) -> dict[str, DecisionRecord]:
+    return {ECHO_ID: DecisionRecord(Decision.APPROVE, "echo", {"text": "rm -rf /tmp/x"}, input)}
+
+
+async def test_a_call_that_needs_approval_suspends_the_run_before_it_runs() -> None:
+    outcome, state, io, _, calls = await suspend()
+    assert outcome.status == "waiting" and calls == []
+    assert set(io.tool_results) == {"toolu_s0000_0"}  # the call before it ran and is recorded
+    assert outcome.waiting == {
+        "reason": "approval",
+        "not_started": [ECHO_ID, "toolu_s0000_2"],
+        "call": {
+            "tool_use_id": ECHO_ID,
+            "name": "echo",
+            "input": {"text": "rm -rf /tmp/x"},
+            "rule": {"tool": "echo", "when": {}},
+        },
+    }
+    assert state.messages[-1].role == "assistant"  # no tool-result turn yet
+    assert [e.type for e in io.events][-1] == "run_waiting"
+
+
+async def test_approval_runs_the_call_once_then_the_rest_of_the_batch_in_order() -> None:
+    _, state, io, tool, calls = await suspend()
+    outcome, state, again, provider = await resume(state, io, tool, approve())
+    assert outcome.status == "succeeded"
+    assert calls == [{"text": "rm -rf /tmp/x"}]
+    assert again.started == [ECHO_ID, "toolu_s0000_2"]  # each marked before it started
+    results = provider.requests[0].messages[-1].content
+    assert [b.tool_use_id for b in results] == ["toolu_s0000_0", ECHO_ID, "toolu_s0000_2"]  # type: ignore[union-attr]
+    assert [b.content for b in results] == ["2", "echo: rm -rf /tmp/x", "4"]  # type: ignore[union-attr]
+
+
+async def test_edited_arguments_are_what_runs() -> None:
+    _, state, io, tool, calls = await suspend()
+    await resume(state, io, tool, approve({"text": "ls /tmp/x"}))
+    assert calls == [{"text": "ls /tmp/x"}]
+
+
+async def test_a_rejection_reaches_the_model_with_its_reason_and_nothing_runs() -> None:
+    _, state, io, tool, calls = await suspend()
+    no = {
+        ECHO_ID: DecisionRecord(
+            Decision.REJECT, "echo", {"text": "rm -rf /tmp/x"}, None, "too risky"
+        )
+    }
+    outcome, _, _, provider = await resume(state, io, tool, no)
+    assert outcome.status == "succeeded" and calls == []
+    rejected = provider.requests[0].messages[-1].content[1]
+    assert isinstance(rejected, ToolResultBlock) and rejected.is_error
+    assert rejected.content == "not executed: a person rejected this call: too risky"
+
+
+async def test_a_decision_for_other_arguments_does_not_apply() -> None:
+    _, state, io, tool, calls = await suspend()
+    stale = {ECHO_ID: DecisionRecord(Decision.APPROVE, "echo", {"text": "something else"})}
+    outcome, _, _, _ = await resume(state, io, tool, stale)
+    assert outcome.status == "waiting" and calls == []
+
+
+async def test_a_rule_with_when_asks_only_for_matching_arguments() -> None:
+    rule = {"approvals": [{"tool": "echo", "when": {"text": "^rm "}}]}
+    safe = {"tool_calls": [call("echo", text="ls")]}
+    outcome, _, _, _, calls = await suspend(approver(**rule), (safe, ANSWER))
+    assert outcome.status == "succeeded" and calls == [{"text": "ls"}]
+    outcome, _, _, _, calls = await suspend(approver(**rule))
+    assert outcome.status == "waiting" and calls == []
+
+
+def test_a_rule_with_a_bad_pattern_is_refused_when_the_agent_is_read() -> None:
+    with pytest.raises(ValueError, match=r"when.text: '\(' is not a valid regex"):
+        approver(approvals=[{"tool": "echo", "when": {"text": "("}}])
+
+
+async def test_a_banned_tool_is_never_offered_for_approval() -> None:
+    banned = agent(tools=["calculator"], approvals=[{"tool": "echo"}])
+    turn = {"tool_calls": [call("echo", text="x")]}
+    outcome, state, _, _, calls = await suspend(banned, (turn, ANSWER))
+    assert outcome.status == "succeeded" and calls == []
+    refused = state.messages[2].content[0]
+    assert isinstance(refused, ToolResultBlock) and "not allowed" in refused.content
+
+
+async def test_ask_user_waits_for_the_answer_which_becomes_the_result() -> None:
+    asker = agent(tools=["ask_user"])
+    ask = {"tool_calls": [call("ask_user", question="Which region?")]}
+    tool, _ = recording_tool()
+    outcome, state, io = await run_agent(asker, scripted(ask, ANSWER), tools=[tool])
+    assert outcome.status == "waiting" and outcome.waiting is not None
+    assert outcome.waiting["reason"] == "question"
+    assert outcome.waiting["call"]["question"] == "Which region?"
+    answer = {
+        "toolu_s0000_0": DecisionRecord(
+            Decision.ANSWER, "ask_user", {"question": "Which region?"}, None, "eu-west-1"
+        )
+    }
+    outcome, _, _, provider = await resume(state, io, tool, answer, asker)
+    assert outcome.status == "succeeded"
+    (result,) = provider.requests[0].messages[-1].content
+    assert isinstance(result, ToolResultBlock) and result.content == "eu-west-1"
+
+
+async def test_ask_user_is_offered_only_when_listed() -> None:
+    provider = CapturingProvider(scripted(ANSWER))
+    await run_agent(agent(tools=["calculator"]), provider)
+    assert [t.name for t in provider.requests[0].tools] == ["calculator"]
+
+
+async def test_a_suspended_call_is_not_counted_as_a_repeat() -> None:
+    strict = approver(repeat_call_threshold=2)
+    _, state, io, tool, calls = await suspend(strict)
+    counts = [n for _, n in state.private["repeat_call"]["recent"]]
+    assert counts == [1]  # the calculator call; the suspended echo call was not counted
+    outcome, _, _, _ = await resume(state, io, tool, approve(), strict)
+    assert outcome.status == "succeeded" and len(calls) == 1
+
+
+async def test_the_suspended_call_span_is_not_an_error(spans: Any) -> None:
+    await suspend()
+    (echo,) = [s for s in spans.named("execute_tool echo")]
+    assert [e.name for e in echo.events] == ["hitl.suspended"]
+    assert echo.status.status_code.name == "UNSET"
+    (turn,) = spans.named("turn 1")
+    assert "hitl.suspended" in [e.name for e in turn.events]
