@@ -20,10 +20,12 @@ from opentelemetry.trace import Link, SpanKind
 
 from hango_worker.agent.calls import ModelCaller, RunCancelled, until_cancelled
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.cost import RunCost
 from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallRequest
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, StateError
+from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.sanitize import record_sanitized
 from hango_worker.provider.types import (
     Message,
@@ -50,6 +52,7 @@ class LoopSettings:
     retry_cap_s: float = 20.0
     provider_name: str = "anthropic"
     capture_content: bool = False
+    prices: PriceTable = field(default_factory=PriceTable)
 
 
 @dataclass(slots=True)
@@ -88,6 +91,7 @@ class AgentLoop:
         self._events: list[Event] = []
         self._tools: dict[str, Tool] = {}
         self._usage = Usage()
+        self._cost = RunCost(self.settings.prices, agent.model)
         self._watermark = 0
         st = self.settings
         self._model = ModelCaller(
@@ -118,6 +122,8 @@ class AgentLoop:
             if outcome.status == "failed" and outcome.error:
                 mark_error(span, str(outcome.error.get("type")), str(outcome.error.get("message")))
             genai.set_usage(span, outcome.usage)
+            if outcome.cost_usd is not None:
+                span.set_attribute("hango.run.cost_usd", outcome.cost_usd)
             return outcome
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
@@ -172,6 +178,7 @@ class AgentLoop:
 
     async def _finish(self, state: State, outcome: Outcome) -> Outcome:
         outcome.usage = self._usage
+        outcome.cost_usd = self._cost.usd
         self._events.append(
             Event("run_finished", {"status": outcome.status, "error": outcome.error})
         )
@@ -201,6 +208,7 @@ class AgentLoop:
             req = ModelRequest(request=request, state=state, on_text=self.on_text)
             resp = await self.chain.model_call(req, self._base_model_handler)
             self._usage.add(resp.usage)
+            self._cost.add(resp.usage)
             state.messages.append(resp.message)
             self._events.append(Event("model_message", self._message_event(turn, resp)))
             uses = resp.message.tool_uses()
@@ -313,7 +321,7 @@ class AgentLoop:
     # -- the two base handlers -----------------------------------------------------------
 
     async def _base_model(self, req: ModelRequest) -> ModelResponse:
-        system = self.chain.system_blocks(self._agent_blocks, req.state)
+        system, layout = self.chain.assemble_system(self._agent_blocks, req.state)
         for rewrite in req.system_rewrites:
             system = rewrite(system)
         request = req.request
@@ -327,6 +335,8 @@ class AgentLoop:
             temperature=request.temperature,
             thinking=request.thinking,
         )
+        for final in req.final_rewrites:
+            request = final(request, layout)
         return await self._model.call(request, req.on_text)
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:

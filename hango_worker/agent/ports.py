@@ -26,6 +26,11 @@ class Outcome:
     status: Status
     error: dict[str, Any] | None = None
     usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = None  # None: the model has no price (agent/cost.py)
+
+    def usage_dict(self) -> dict[str, Any]:
+        """The run's `usage` record: the four token counts (and the 1 h writes), cost_usd."""
+        return {**self.usage.to_dict(), "cost_usd": self.cost_usd}
 
 
 class Fenced(Exception):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -17,6 +17,8 @@ class AgentConfig(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
     temperature: float | None = Field(default=None, ge=0, le=1)
+    # prompt-cache TTL of the stable prefix (tools + system); see agent/mw_prompt_cache.py
+    cache_ttl: Literal["5m", "1h"] = "5m"
 
 
 class AgentSpecError(ValueError):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_allowlist import ToolAllowlist
+from hango_worker.agent.mw_prompt_cache import CacheTTL, PromptCache
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
@@ -22,6 +23,7 @@ DEFAULT_REPEAT_CALL_THRESHOLD = 3
 class StackConfig:
     allowlist: tuple[str, ...]
     repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD
+    cache_ttl: CacheTTL = "5m"
 
 
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
@@ -42,7 +44,7 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # RepeatCall: outside the allowlist, so a banned call is counted but still rejected.
         RepeatCall(threshold=cfg.repeat_call_threshold),
         # PromptCache: before Memory, so memory edits land after the cached prefix.
-        None,
+        PromptCache(cfg.cache_ttl),
         # Memory: after the cache breakpoint; its blocks change often.
         None,
         # HumanInTheLoop: just outside the allowlist, so approvals see calls after every

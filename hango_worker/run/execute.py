@@ -18,6 +18,7 @@ from hango_worker.agent.spec import AgentSpec, AgentSpecError
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
+from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
 from hango_worker.run.stream import TextPublisher
@@ -239,16 +240,24 @@ async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:
     return int(v) + 1
 
 
+def price_table(s: Settings) -> PriceTable:
+    """The default prices with HANGO_MODEL_PRICES laid over them (a few µs: per run)."""
+    return PriceTable({m: p.model_dump() for m, p in s.model_prices.items()})
+
+
 def _build_loop(deps: RunDeps, agent: AgentSpec, io: PgRunIO, run_id: str) -> AgentLoop:
     s = deps.settings
     obs = deps.observer
     threshold = agent.config.repeat_call_threshold or s.repeat_call_threshold
-    chain = Chain(default_stack(StackConfig(tuple(agent.tools), threshold)))
+    chain = Chain(
+        default_stack(StackConfig(tuple(agent.tools), threshold, cache_ttl=agent.config.cache_ttl))
+    )
     settings = LoopSettings(
         max_turns=agent.config.max_turns or s.max_turns,
         model_retries=s.model_retries,
         provider_name=deps.provider.name,
         capture_content=s.capture_content,
+        prices=price_table(s),
     )
     pub = deps.text
 

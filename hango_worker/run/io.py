@@ -210,7 +210,7 @@ class PgRunIO:
             outcome.status if outcome else None,
             self.lease_s,
             outcome.error if outcome else None,
-            outcome.usage.to_dict() if outcome else None,
+            outcome.usage_dict() if outcome else None,
             _traceparent(),
             m_seq,
             [m.role for m in new_messages],

@@ -95,7 +95,9 @@ async def run_agent(
     )
     if stack is None:
         threshold = agent.config.repeat_call_threshold or 3
-        stack = default_stack(StackConfig(tuple(agent.tools), threshold))
+        stack = default_stack(
+            StackConfig(tuple(agent.tools), threshold, cache_ttl=agent.config.cache_ttl)
+        )
     state = state or make_state(agent)
     io = io or MemoryRunIO()
     settings = LoopSettings(

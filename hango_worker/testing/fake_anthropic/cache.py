@@ -22,7 +22,9 @@ class CacheUsage:
     input_tokens: int
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
-    creation_ttl: str = "5m"
+    creation_ttl: str = "5m"  # the TTL of the last breakpoint written
+    # the part of the writes up to breakpoints with "ttl": "1h" (the rest is 5 m)
+    cache_creation_1h_input_tokens: int = 0
 
 
 def _segments(body: dict[str, Any]) -> list[tuple[str, int, Any]]:
@@ -107,7 +109,21 @@ class PromptCache:
             if last > hit:
                 usage.cache_creation_input_tokens = chars[last] // 4 - read
                 cached = chars[last] // 4
+                usage.cache_creation_1h_input_tokens = _written_1h(eligible, chars, hit, read)
             for b, ttl in eligible:
                 self._entries[digests[b]] = (now + _TTL_S[ttl], _TTL_S[ttl])
         usage.input_tokens = max(1, total // 4 - cached)
         return usage
+
+
+def _written_1h(eligible: list[tuple[int, str]], chars: list[int], hit: int, read: int) -> int:
+    """Tokens written up to 1 h breakpoints: each written span is charged at the TTL of
+    the breakpoint that ends it, as the API splits `cache_creation`."""
+    start, one_hour = read, 0
+    for b, ttl in eligible:
+        end = chars[b] // 4
+        if b > hit and end > start:
+            if ttl == "1h":
+                one_hour += end - start
+            start = end
+    return one_hour

@@ -1,0 +1,46 @@
+"""A run attempt's cost in USD, priced response by response (provider/prices.py).
+
+Each response's usage is priced with the agent's model (`gen_ai.request.model`) and
+counted in `hango_model_cost_usd_total`. A model without a price makes the run's cost
+unknown (`None`, never 0): counted once per attempt in `hango_model_price_unknown_total`,
+logged once as a warning and recorded as the `model.price_unknown` span event.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from hango_worker.provider.prices import PriceTable
+from hango_worker.provider.types import Usage
+from hango_worker.telemetry import metrics
+from hango_worker.telemetry.tracing import current_turn_span
+
+log = logging.getLogger(__name__)
+PRICE_UNKNOWN = "model.price_unknown"
+
+
+class RunCost:
+    def __init__(self, prices: PriceTable, model: str) -> None:
+        self.model = model
+        self.price = prices.lookup(model)
+        self._usd = 0.0
+
+    @property
+    def usd(self) -> float | None:
+        """USD so far; None when the model has no price."""
+        return None if self.price is None else self._usd
+
+    def add(self, usage: Usage) -> None:
+        if self.price is not None:
+            cost = self.price.cost(usage)
+            self._usd += cost
+            metrics.MODEL_COST.labels(self.model).inc(cost)
+            return
+        if self._usd == 0.0:  # once per attempt
+            self._usd = -1.0
+            metrics.MODEL_PRICE_UNKNOWN.labels(self.model).inc()
+            current_turn_span().add_event(PRICE_UNKNOWN, {"gen_ai.request.model": self.model})
+            log.warning(
+                "model %r has no price: the run's cost is unknown (add it to HANGO_MODEL_PRICES)",
+                self.model,
+            )
