@@ -80,6 +80,25 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
     return [p(f"  [{safe(kind)}]", DIM)]
 
 
+def usage_line(usage: Any) -> str:
+    """A run's tokens, cache reads and writes apart from plain input, and its cost."""
+    if not isinstance(usage, dict):
+        return f"usage {json.dumps(usage)}"
+
+    def n(key: str) -> int:
+        v = usage.get(key)
+        return v if isinstance(v, int) else 0
+
+    cost = usage.get("cost_usd")
+    money = f"${cost:.6f}" if isinstance(cost, int | float) else "unknown (no price for the model)"
+    return (
+        f"usage input {n('input_tokens')} · output {n('output_tokens')} · "
+        f"cache read {n('cache_read_input_tokens')} · "
+        f"cache write {n('cache_creation_input_tokens')} "
+        f"(1h {n('cache_creation_1h_input_tokens')}) · cost {money}"
+    )
+
+
 def print_run(p: Painter, run: dict[str, Any]) -> None:
     status = run["status"]
     colour = (
@@ -90,7 +109,7 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
         f"session {run['session_id']}  created {run['created_at']}  finished {run['finished_at']}"
     )
     if run.get("usage"):
-        p.line(p(f"usage {json.dumps(run['usage'])}", DIM))
+        p.line(p(usage_line(run["usage"]), DIM))
     if run.get("error"):
         err = run["error"]
         p.line(p(f"error {safe(err.get('type'))}: {safe(err.get('message'))}", RED))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from io import StringIO
 from typing import Any
 
 import asyncpg
@@ -23,6 +24,7 @@ from hango_worker.agent.state import State
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.provider.prices import DEFAULT_PRICES, PRICE_FIELDS, PriceTable
 from hango_worker.provider.types import Message, TextBlock, Usage
+from hango_worker.render import Painter, print_run, usage_line
 from hango_worker.store import repo
 from hango_worker.testing import FakeAnthropic
 from hango_worker.testing.fake_anthropic import ApiError, validate_request
@@ -319,6 +321,15 @@ async def test_stored_history_never_holds_cache_control_and_the_run_records_its_
     assert usage["cost_usd"] == pytest.approx(DEFAULT_PRICES[MODEL].cost(Usage.from_dict(usage)))
     after = sample("hango_model_cost_usd_total", gen_ai_request_model=MODEL)
     assert after - before == pytest.approx(usage["cost_usd"])
+    out = StringIO()
+    print_run(Painter(out), run)  # what `hango-worker runs show` prints
+    shown = next(ln for ln in out.getvalue().splitlines() if ln.startswith("usage "))
+    assert shown == (
+        f"usage input {usage['input_tokens']} · output {usage['output_tokens']} · "
+        f"cache read {usage['cache_read_input_tokens']} · "
+        f"cache write {usage['cache_creation_input_tokens']} (1h 0) · "
+        f"cost ${usage['cost_usd']:.6f}"
+    )
 
 
 # -- the cost model -----------------------------------------------------------------------------
@@ -362,6 +373,7 @@ async def test_an_unknown_model_has_an_unknown_cost_counted_once(spans: Any) -> 
     assert after - before == 1  # two responses, counted once
     assert sample("hango_model_cost_usd_total", gen_ai_request_model="claude-unpriced-9") == 0
     assert len(spans.events("model.price_unknown")) == 1
+    assert usage_line(outcome.usage_dict()).endswith("cost unknown (no price for the model)")
     (agent_span,) = spans.named("invoke_agent")
     assert "hango.run.cost_usd" not in agent_span.attributes
 
