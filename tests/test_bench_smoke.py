@@ -58,7 +58,13 @@ def check_chain(ch: dict[str, Any]) -> None:
     for cfg in ch["configs"].values():
         for metric in ("model_call_us", "tool_call_us", "turn_us"):
             assert positive(cfg[metric]["median"])
-    assert ch["middlewares"] == ["repair_tool_calls", "todo", "repeat_call", "tool_allowlist"]
+    assert ch["middlewares"] == [
+        "repair_tool_calls",
+        "todo",
+        "repeat_call",
+        "prompt_cache",
+        "tool_allowlist",
+    ]
     assert set(ch["per_middleware"]) == {
         "h10/no-tracing",
         "h10/tracing",

@@ -81,7 +81,13 @@ async def test_span_tree_events_and_genai_attributes_on_the_wire(
     assert a["hango.run.id"] == run_id and a["hango.run.attempt"] == 1
     assert a["gen_ai.conversation.id"] and a["gen_ai.request.model"] == "claude-test"
     stack = root.event("agent.middleware_stack").attributes["hango.middleware.names"]
-    assert list(stack) == ["repair_tool_calls", "todo", "repeat_call", "tool_allowlist"]
+    assert list(stack) == [
+        "repair_tool_calls",
+        "todo",
+        "repeat_call",
+        "prompt_cache",
+        "tool_allowlist",
+    ]
     children = rx.children(root)
     turns = [s for s in children if s.name.startswith("turn ")]
     assert [t.name for t in turns] == ["turn 1", "turn 2", "turn 3", "turn 4"]

@@ -18,8 +18,8 @@ from prometheus_client import REGISTRY
 
 from hango_worker.agent.middleware import Middleware, ModelHandler, ModelRequest, ModelResponse
 from hango_worker.agent.mw_prompt_cache import EVENT, PromptCache
-from hango_worker.agent.spec import AgentConfig, AgentSpec
-from hango_worker.agent.stack import StackConfig, default_stack
+from hango_worker.agent.ports import Outcome
+from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.provider.prices import DEFAULT_PRICES, PRICE_FIELDS, PriceTable
@@ -27,74 +27,30 @@ from hango_worker.provider.types import Message, TextBlock, Usage
 from hango_worker.render import Painter, print_run, usage_line
 from hango_worker.store import repo
 from hango_worker.testing import FakeAnthropic
+from hango_worker.testing.cache_run import (
+    MODEL,
+    SYSTEM,
+    cache_agent,
+    cache_script,
+    cache_stack,
+    cache_tools,
+    run_on_wire,
+    shares,
+)
 from hango_worker.testing.fake_anthropic import ApiError, validate_request
 from hango_worker.testing.memory import MemoryRunIO, run_agent
-from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import call, scripted
 from tests.worker_helpers import details, enqueue, run_until_idle
 
-PROMPT_CACHE_SLOT = 7
-SYSTEM = "You are a meticulous operations agent. Follow the runbook exactly. " * 180  # ~3k tok
-MODEL = "claude-sonnet-4-6"
+tools, spec, turns, stack_for = cache_tools, cache_agent, cache_script, cache_stack
 
 
-def tools(n: int = 10) -> list[Tool]:
-    async def fn(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        return ToolResult(f"ok: {args.get('text', '')}")
-
-    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
-    return [
-        Tool(f"tool_{i}", f"Tool number {i}: looks things up in system {i}. " * 4, schema, fn)
-        for i in range(n)
-    ]
-
-
-def spec(*, system: Sequence[str] = (SYSTEM,), n_tools: int = 10, **config: Any) -> AgentSpec:
-    return AgentSpec(
-        id="agent-cache",
-        name="cacher",
-        model=MODEL,
-        system=list(system),
-        tools=[f"tool_{i}" for i in range(n_tools)] + ["write_todos"],
-        config=AgentConfig(**config),
-    )
-
-
-def turns(n: int) -> list[dict[str, Any]]:
-    calls = [{"tool_calls": [call(f"tool_{i % 10}", text=f"step {i}")]} for i in range(n - 1)]
-    return [*calls, {"text": "done"}]
-
-
-def stack_for(a: AgentSpec, *, cache: bool = True) -> list[Middleware | None]:
-    stack = default_stack(StackConfig(tuple(a.tools), 3, cache_ttl=a.config.cache_ttl))
-    if not cache:
-        stack[PROMPT_CACHE_SLOT] = None
-    return stack
-
-
-async def run_on_wire(
+async def run_ok(
     fake: FakeAnthropic, a: AgentSpec, stack: Sequence[Middleware | None]
-) -> tuple[Any, MemoryRunIO]:
-    provider = AnthropicProvider(api_key="test", base_url=fake.base_url, max_retries=0)
-    try:
-        outcome, _, io = await run_agent(a, provider, tools=tools(), stack=stack, max_turns=60)
-    finally:
-        await provider.aclose()
+) -> tuple[Outcome, MemoryRunIO]:
+    outcome, io = await run_on_wire(fake, a, stack)
     assert outcome.status == "succeeded", outcome.error
     return outcome, io
-
-
-def shares(io: MemoryRunIO) -> list[float]:
-    """Per turn: cache reads / (input + cache reads + cache writes)."""
-    out = []
-    for e in io.events:
-        if e.type == "model_message":
-            u = e.payload["usage"]
-            total = (
-                u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"]
-            )
-            out.append(u["cache_read_input_tokens"] / total)
-    return out
 
 
 def marks(body: dict[str, Any]) -> dict[str, list[Any]]:
@@ -122,9 +78,9 @@ def count(m: dict[str, list[Any]]) -> int:
 async def test_fifty_turns_read_the_prefix_from_turn_two_and_nothing_without_the_slot() -> None:
     a = spec()
     async with FakeAnthropic(turns(50)) as fake:
-        _, with_cache = await run_on_wire(fake, a, stack_for(a))
+        _, with_cache = await run_ok(fake, a, stack_for(a))
         fake.load(turns(50))
-        _, without = await run_on_wire(fake, a, stack_for(a, cache=False))
+        _, without = await run_ok(fake, a, stack_for(a, cache=False))
     cached, plain = shares(with_cache), shares(without)
     assert len(cached) == len(plain) == 50
     print(
@@ -188,7 +144,7 @@ async def test_breakpoints_by_index_tools_system_before_memory_and_newest_messag
         {"text": "done"},
     ]
     async with FakeAnthropic(script) as fake:
-        await run_on_wire(fake, a, stack)
+        await run_ok(fake, a, stack)
         bodies = [r.body for r in fake.requests]
     assert len(bodies) == 3
     for body in bodies:
@@ -217,7 +173,7 @@ async def test_never_more_than_four_breakpoints_with_foreign_ones() -> None:
     # two foreign markers after PromptCache's system breakpoint
     stack[8] = Blocks("marked", ["one", "two"], {"type": "ephemeral"})
     async with FakeAnthropic(turns(3)) as fake:
-        await run_on_wire(fake, a, stack)  # the fake answers 400 above 4
+        await run_ok(fake, a, stack)  # the fake answers 400 above 4
         for r in fake.requests:
             m = marks(r.body)
             assert count(m) == 4
@@ -229,7 +185,7 @@ async def test_never_more_than_four_breakpoints_with_foreign_ones() -> None:
 async def test_one_hour_ttl_on_the_prefix_comes_before_the_five_minute_message_breakpoint() -> None:
     a = spec(cache_ttl="1h")
     async with FakeAnthropic(turns(3)) as fake:
-        outcome, _ = await run_on_wire(fake, a, stack_for(a))
+        outcome, _ = await run_ok(fake, a, stack_for(a))
         bodies = [r.body for r in fake.requests]
     for body in bodies:
         assert body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
@@ -266,7 +222,7 @@ async def test_a_compaction_resets_the_message_prefix_once_then_caching_resumes(
     compactor = Compactor(at=21)
     stack[3] = compactor  # the Summarization slot, outer to PromptCache
     async with FakeAnthropic(turns(20)) as fake:
-        _, io = await run_on_wire(fake, a, stack)
+        _, io = await run_ok(fake, a, stack)
         last = fake.requests[-1].body
     s = shares(io)
     k = compactor.first
