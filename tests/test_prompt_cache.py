@@ -15,16 +15,19 @@ from typing import Any
 import asyncpg
 import pytest
 from prometheus_client import REGISTRY
+from pydantic import ValidationError
 
 from hango_worker.agent.middleware import Middleware, ModelHandler, ModelRequest, ModelResponse
 from hango_worker.agent.mw_prompt_cache import EVENT, PromptCache
 from hango_worker.agent.ports import Outcome
-from hango_worker.agent.spec import AgentSpec
+from hango_worker.agent.spec import AgentConfig, AgentSpec
 from hango_worker.agent.state import State
+from hango_worker.config import ConfigError, load_settings
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.provider.prices import DEFAULT_PRICES, PRICE_FIELDS, PriceTable
 from hango_worker.provider.types import Message, TextBlock, Usage
 from hango_worker.render import Painter, print_run, usage_line
+from hango_worker.run.execute import price_table
 from hango_worker.store import repo
 from hango_worker.testing import FakeAnthropic
 from hango_worker.testing.cache_run import (
@@ -352,3 +355,21 @@ def test_price_lookup_snapshots_and_overrides() -> None:
 def test_prompt_cache_refuses_an_unknown_ttl() -> None:
     with pytest.raises(ValueError, match="'5m' or '1h'"):
         PromptCache("24h")  # type: ignore[arg-type]
+
+
+def test_bad_cache_ttl_and_bad_prices_are_refused_with_the_setting_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValidationError, match="cache_ttl"):
+        AgentConfig.model_validate({"cache_ttl": "24h"})
+    monkeypatch.setenv("HANGO_MODEL_PRICES", "{not json")
+    with pytest.raises(ConfigError, match="HANGO_MODEL_PRICES is not valid JSON"):
+        load_settings()
+    monkeypatch.setenv("HANGO_MODEL_PRICES", '{"m": {"input": -1}}')
+    with pytest.raises(ConfigError, match=r"HANGO_MODEL_PRICES \[m\.input\]=-1 is not valid"):
+        load_settings()
+    prices = dict.fromkeys(PRICE_FIELDS, 2.0)
+    monkeypatch.setenv("HANGO_MODEL_PRICES", json.dumps({"claude-test": prices}))
+    table = price_table(load_settings())
+    assert table.cost("claude-test", Usage(input_tokens=1_000_000)) == 2.0
+    assert table.lookup(MODEL) is DEFAULT_PRICES[MODEL]  # the defaults stay
