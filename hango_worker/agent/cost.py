@@ -2,8 +2,9 @@
 
 Each response's usage is priced with the agent's model (`gen_ai.request.model`) and
 counted in `hango_model_cost_usd_total`. A model without a price makes the run's cost
-unknown (`None`, never 0): counted once per attempt in `hango_model_price_unknown_total`,
-logged once as a warning and recorded as the `model.price_unknown` span event.
+unknown (`None`, never 0): counted once per attempt in `hango_model_price_unknown_total`
+and recorded as the `model.price_unknown` span event; logged as a warning once per model
+and process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hango_worker.telemetry.tracing import current_turn_span
 
 log = logging.getLogger(__name__)
 PRICE_UNKNOWN = "model.price_unknown"
+_warned: set[str] = set()
 
 
 class RunCost:
@@ -40,7 +42,10 @@ class RunCost:
             self._usd = -1.0
             metrics.MODEL_PRICE_UNKNOWN.labels(self.model).inc()
             current_turn_span().add_event(PRICE_UNKNOWN, {"gen_ai.request.model": self.model})
-            log.warning(
-                "model %r has no price: the run's cost is unknown (add it to HANGO_MODEL_PRICES)",
-                self.model,
-            )
+            if self.model not in _warned:  # the log line: once per model and process
+                _warned.add(self.model)
+                log.warning(
+                    "model %r has no price: the cost of its runs is unknown "
+                    "(add it to HANGO_MODEL_PRICES)",
+                    self.model,
+                )
