@@ -42,6 +42,7 @@ from hango_worker.testing.cache_run import (
 )
 from hango_worker.testing.fake_anthropic import ApiError, validate_request
 from hango_worker.testing.memory import MemoryRunIO, run_agent
+from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import call, scripted
 from tests.worker_helpers import details, enqueue, run_until_idle
 
@@ -373,3 +374,46 @@ def test_bad_cache_ttl_and_bad_prices_are_refused_with_the_setting_named(
     table = price_table(load_settings())
     assert table.cost("claude-test", Usage(input_tokens=1_000_000)) == 2.0
     assert table.lookup(MODEL) is DEFAULT_PRICES[MODEL]  # the defaults stay
+
+
+async def test_usage_and_cost_of_a_run_add_up_over_its_attempts(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """Cancelled after turn 1, resumed, finished in turn 2: the run record holds both."""
+
+    async def cancel_me(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await repo.request_cancel(pool, repo.DEFAULT_TENANT_ID, ctx.run_id)
+        return ToolResult("ok")
+
+    stopper = Tool("tool_0", "Cancels its own run.", {"type": "object"}, cancel_me)
+    await _cost_agent(pool)
+    run_id = await enqueue(pool)
+    script = [{"tool_calls": [call("tool_0")], "usage": USAGE[0]}]
+    script.append({"text": "done", "usage": USAGE[1]})
+    await run_until_idle(dsn, scripted(*script), [stopper])
+    first = await details(pool, run_id)
+    assert first["status"] == "cancelled"
+    assert first["usage"]["cost_usd"] == pytest.approx(
+        DEFAULT_PRICES[MODEL].cost(Usage.from_dict(USAGE[0]))
+    )
+    await repo.resume(pool, repo.DEFAULT_TENANT_ID, run_id)
+    await run_until_idle(dsn, scripted(*script), [stopper])
+    run = await details(pool, run_id)
+    assert run["status"] == "succeeded" and run["attempt"] == 2
+    total = Usage.from_dict(USAGE[0])
+    total.add(Usage.from_dict(USAGE[1]))
+    assert {k: run["usage"][k] for k in total.to_dict()} == total.to_dict()
+    assert run["usage"]["cost_usd"] == pytest.approx(HAND)
+
+
+async def test_an_unreadable_run_usage_fails_the_resumed_run_clearly(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    await _cost_agent(pool)
+    run_id = await enqueue(pool)
+    await pool.execute('UPDATE runs SET usage = \'{"input_tokens": "many"}\' WHERE id = $1', run_id)
+    await run_until_idle(dsn, scripted({"text": "done"}), tools())
+    run = await details(pool, run_id)
+    assert run["status"] == "failed"
+    assert run["error"]["type"] == "invalid_row"
+    assert run["error"]["message"].startswith("runs.usage cannot be read")
