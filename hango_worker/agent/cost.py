@@ -26,11 +26,18 @@ class RunCost:
         self.model = model
         self.price = prices.lookup(model)
         self._usd = 0.0
+        self._before: float | None = 0.0  # earlier attempts of the run
 
     @property
     def usd(self) -> float | None:
-        """USD so far; None when the model has no price."""
-        return None if self.price is None else self._usd
+        """USD so far (earlier attempts included); None when some of it has no price."""
+        if self.price is None or self._before is None:
+            return None
+        return self._before + self._usd
+
+    def carry(self, before: float | None) -> None:
+        """Start from what earlier attempts cost (None: unknown, and so is the total)."""
+        self._before = None if before is None or self._before is None else self._before + before
 
     def add(self, usage: Usage) -> None:
         if self.price is not None:

@@ -67,6 +67,9 @@ class RunInfo:
     recorded: dict[str, ToolResult] = field(default_factory=dict)
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
+    # what earlier attempts of this run used and cost (runs.usage; None cost: unknown)
+    usage_before: Usage | None = None
+    cost_before: float | None = 0.0
 
 
 class AgentLoop:
@@ -111,6 +114,9 @@ class AgentLoop:
 
     async def run(self, state: State, info: RunInfo | None = None) -> Outcome:
         info = info or RunInfo()
+        if info.usage_before is not None:  # the run's totals span its attempts
+            self._usage.add(info.usage_before)
+            self._cost.carry(info.cost_before)
         attrs = genai.agent_attributes(self.agent, state, self.settings.provider_name)
         attrs.update(info.span_attributes)
         name = f"invoke_agent {self.agent.name}"

@@ -19,7 +19,7 @@ from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.prices import PriceTable
-from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
+from hango_worker.provider.types import Message, Provider, TextBlock, Usage, message_from_dict
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
@@ -48,6 +48,8 @@ class Loaded:
     recorded: dict[str, ToolResult]
     next_message_seq: int
     next_event_seq: int
+    usage_before: Usage | None = None  # earlier attempts' usage (runs.usage)
+    cost_before: float | None = 0.0
 
 
 class LoadError(Exception):
@@ -84,6 +86,7 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
     recorded: dict[str, ToolResult] = {}
     if rows and rows[-1]["role"] == "assistant":  # a pending turn: its recorded results
         recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1]["seq"]))
+    usage_before, cost_before = _run_usage(ctx["run_usage"])
     return Loaded(
         agent=agent,
         messages=messages,
@@ -92,7 +95,25 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
         recorded=recorded,
         next_message_seq=int(ctx["last_seq"]) + 1,
         next_event_seq=int(ctx["last_event_seq"]) + 1,
+        usage_before=usage_before,
+        cost_before=cost_before,
     )
+
+
+def _run_usage(raw: str | None) -> tuple[Usage | None, float | None]:
+    """What earlier attempts used and cost (`runs.usage`, written when an attempt ends)."""
+    try:
+        d = decode_json(raw, "runs.usage")
+        if d is None:
+            return None, 0.0
+        if not isinstance(d, dict):
+            raise ValueError("must be an object of token counts")
+        cost = d.get("cost_usd")
+        if cost is not None and not isinstance(cost, int | float):
+            raise ValueError("cost_usd must be a number or null")
+        return Usage.from_dict(d), None if cost is None else float(cost)
+    except Exception as e:
+        raise LoadError(ErrorType.INVALID_ROW, f"runs.usage cannot be read: {_why(e)}") from None
 
 
 def _agent(row: dict[str, Any]) -> AgentSpec:
@@ -217,6 +238,8 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         turns_done=loaded.turns_done,
         recorded=loaded.recorded,
         persisted=loaded.persisted,
+        usage_before=loaded.usage_before,
+        cost_before=loaded.cost_before,
         parent=parent,
         links=links,
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},

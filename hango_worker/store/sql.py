@@ -54,7 +54,8 @@ SELECT a.id::text AS id, a.name, a.model, a.system::text AS system, a.tools,
     (SELECT coalesce(max(seq), 0) FROM messages m WHERE m.session_id = $2) AS last_seq,
     (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = $1) AS last_event_seq,
     (SELECT count(*) FROM messages m WHERE m.run_id = $1 AND m.role = 'assistant') AS turns_done,
-    (SELECT count(*) FROM messages m WHERE m.run_id = $1) AS run_messages
+    (SELECT count(*) FROM messages m WHERE m.run_id = $1) AS run_messages,
+    (SELECT r.usage::text FROM runs r WHERE r.id = $1) AS run_usage
 FROM agents a WHERE a.id = $3 AND a.tenant_id = $4
 """
 
