@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import chain, per_turn, profile, throughput
+from bench import chain, per_turn, profile, prompt_cache, throughput
 from bench.common import (
     FULL,
     QUICK,
@@ -186,6 +186,9 @@ async def run_all(
         log("chain overhead done")
     if want("memory"):
         res["memory"] = await bench_memory(admin, sizes)
+    if want("prompt_cache"):
+        res["prompt_cache"] = await prompt_cache.compare(sizes.turns)
+        log("prompt cache done")
     if want("profile"):
         res["profile"] = await profile.profile_all(admin, sizes, res["versions"]["git"])
         log("profile done")
@@ -205,7 +208,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (100 turns, fewer reps)")
     ap.add_argument("--sizes", choices=sorted(SIZES), help=argparse.SUPPRESS)
     ap.add_argument(
-        "--only", help="comma-separated: per_turn,throughput,latency,chain,memory,profile"
+        "--only",
+        help="comma-separated: per_turn,throughput,latency,chain,memory,prompt_cache,profile",
     )
     a = ap.parse_args()
     sizes = SIZES[a.sizes] if a.sizes else (QUICK if a.quick else FULL)

@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 
 class ConfigError(ValueError):
@@ -24,6 +24,17 @@ class ConfigError(ValueError):
 
 
 HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*")
+
+
+class ModelPriceSetting(BaseModel):
+    """One model's prices in HANGO_MODEL_PRICES, USD per million tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write_5m: float = Field(ge=0)
+    cache_write_1h: float = Field(ge=0)
+    cache_read: float = Field(ge=0)
 
 
 class Settings(BaseSettings):
@@ -54,6 +65,11 @@ class Settings(BaseSettings):
     worker_id: str = Field(default="", description="defaults to host-pid-random")
     tool_modules: str = Field(
         default="", description="extra tools: comma-separated module:attribute (Tool or list)"
+    )
+    model_prices: dict[str, ModelPriceSetting] = Field(
+        default_factory=dict,
+        description='JSON {"<model>": {"input": 3, "output": 15, "cache_write_5m": 3.75, '
+        '"cache_write_1h": 6, "cache_read": 0.3}} in USD per million tokens',
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
@@ -87,6 +103,9 @@ class Settings(BaseSettings):
 
 def _describe(field: str, err: dict[str, Any]) -> str:
     name = f"HANGO_{field.upper()}"
+    inner = [str(part) for part in err.get("loc", ())[1:]]
+    if inner:  # a JSON setting: name the part that is wrong
+        name += f" [{'.'.join(inner)}]"
     value = err.get("input")
     info = Settings.model_fields.get(field)
     allowed = err.get("msg", "invalid")
@@ -103,3 +122,8 @@ def load_settings(**overrides: Any) -> Settings:
         err = e.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
         raise ConfigError(_describe(field, dict(err))) from None
+    except SettingsError as e:  # a JSON setting that is not JSON
+        field = str(e).split('"')[1] if '"' in str(e) else "?"
+        raise ConfigError(
+            f"configuration error: HANGO_{field.upper()} is not valid JSON ({e})"
+        ) from None

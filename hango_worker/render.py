@@ -97,6 +97,25 @@ def _print_waiting(p: Painter, w: dict[str, Any], since: Any, until: Any) -> Non
     p.line(p(f"  decide with: hango-worker {verbs}", DIM))
 
 
+def usage_line(usage: Any) -> str:
+    """A run's tokens, cache reads and writes apart from plain input, and its cost."""
+    if not isinstance(usage, dict):
+        return f"usage {json.dumps(usage)}"
+
+    def n(key: str) -> int:
+        v = usage.get(key)
+        return v if isinstance(v, int) else 0
+
+    cost = usage.get("cost_usd")
+    money = f"${cost:.6f}" if isinstance(cost, int | float) else "unknown (no price for the model)"
+    return (
+        f"usage input {n('input_tokens')} · output {n('output_tokens')} · "
+        f"cache read {n('cache_read_input_tokens')} · "
+        f"cache write {n('cache_creation_input_tokens')} "
+        f"(1h {n('cache_creation_1h_input_tokens')}) · cost {money}"
+    )
+
+
 def print_run(p: Painter, run: dict[str, Any]) -> None:
     status = run["status"]
     colour = (
@@ -116,7 +135,7 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
     if status == "waiting" and isinstance(waiting, dict):
         _print_waiting(p, waiting, run.get("waiting_since"), run.get("waiting_until"))
     if run.get("usage"):
-        p.line(p(f"usage {json.dumps(run['usage'])}", DIM))
+        p.line(p(usage_line(run["usage"]), DIM))
     if run.get("error"):
         err = run["error"]
         p.line(p(f"error {safe(err.get('type'))}: {safe(err.get('message'))}", RED))

@@ -67,6 +67,7 @@ def check_chain(ch: dict[str, Any]) -> None:
         "repair_tool_calls",
         "todo",
         "repeat_call",
+        "prompt_cache",
         "human_in_the_loop",
         "tool_allowlist",
     ]
@@ -96,6 +97,14 @@ def check_profile(p: dict[str, Any]) -> None:
     assert before["memory"]["pg_connections"] > 0
 
 
+def check_prompt_cache(pc: dict[str, Any]) -> None:
+    assert pc["turns"] == SMOKE.turns
+    with_, without = (pc["variants"][k] for k in ("with PromptCache", "without (slot left out)"))
+    assert with_["share_from_turn2"] > 0.9 and without["share_from_turn2"] == 0.0
+    assert 0 < with_["cost_usd"] < without["cost_usd"]
+    assert pc["cost_ratio"] == with_["cost_usd"] / without["cost_usd"]
+
+
 def with_alternatives(res: dict[str, Any]) -> dict[str, Any]:
     """A synthetic results dict with the alternatives' entries (copied from hango's)."""
     r = copy.deepcopy(res)
@@ -121,6 +130,7 @@ async def test_every_benchmark_runs_at_tiny_sizes(pg_admin_dsn: str, tmp_path: P
     check_processes(res)
     check_chain(res["chain"])
     check_profile(res["profile"])
+    check_prompt_cache(res["prompt_cache"])
 
     path = write_results(res, tmp_path / "results")
     assert json.loads(path.read_text())["per_turn"]["turns"] == SMOKE.turns
@@ -130,8 +140,9 @@ async def test_every_benchmark_runs_at_tiny_sizes(pg_admin_dsn: str, tmp_path: P
         text = doc.read_text()
         for title in ("## Summary", "## 1. Per-turn", "## 2. Throughput", "## 3. Latency"):
             assert title in text
-        for title in ("## 4. Chain overhead", "## 5. Memory", "## Profiling", "## Machine"):
+        for title in ("## 4. Chain overhead", "## 5. Memory", "## 6. Prompt cache", "## Machine"):
             assert title in text
+        assert "## Profiling" in text
         assert (tmp_path / "plot.png").exists() == have("matplotlib")
     assert "pgqueuer: no-op jobs" in text and 'durability="sync"' in text
     assert f"**before**: {profile.BEFORE_COMMIT}" in text and "**after**:" in text

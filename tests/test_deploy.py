@@ -297,6 +297,7 @@ def test_dashboard_covers_what_the_operator_needs() -> None:
         "gen_ai_client_operation_duration_seconds_bucket",
         "gen_ai_client_token_usage_sum",
         "hango_model_tokens_total",
+        "hango_model_cost_usd_total",
         "hango_runs_failed_total",
         "hango_middleware_tool_short_circuits_total",
         "hango_middleware_repeat_blocked_total",

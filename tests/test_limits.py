@@ -148,7 +148,7 @@ async def test_an_input_token_budget_winds_up_while_the_answer_still_fits() -> N
     assert (outcome.status, outcome.limit, provider.calls) == ("succeeded", "max_input_tokens", 4)
     assert len(calls) == 3
     assert outcome.usage.input_tokens == 400 <= 450
-    assert io.usage is not None and io.usage.input_tokens == 400  # checkpointed every turn
+    assert io.usage is not None and io.usage["input_tokens"] == 400  # checkpointed every turn
 
 
 async def test_a_run_already_over_budget_makes_no_model_call() -> None:

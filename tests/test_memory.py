@@ -54,7 +54,7 @@ async def test_the_memory_slot_is_filled_only_for_agents_that_list_the_tool() ->
     assert plain[8] is None
     listed = default_stack(StackConfig(allowlist=("memory",), memory=binding))
     names = [m.name if m else None for m in listed]
-    assert names[7:9] == [None, "memory"]  # PromptCache's slot, then Memory
+    assert names[7:9] == ["prompt_cache", "memory"]  # PromptCache, then Memory
     provider = CapturingProvider(scripted({"text": "ok"}))
     await run_agent(agent(tools=["calculator"]), provider)
     assert [t.name for t in provider.requests[0].tools] == ["calculator"]

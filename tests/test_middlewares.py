@@ -360,7 +360,8 @@ async def test_dangling_tool_use_is_repaired_before_the_first_model_call() -> No
     assert outcome.status == "succeeded"
     assert calls == []
     sent = provider.requests[0].messages
-    assert sent[2].content == [ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)]
+    cc = {"type": "ephemeral"}  # PromptCache's breakpoint on the newest message (a copy)
+    assert sent[2].content == [ToolResultBlock("toolu_old", INTERRUPTED, True, cc)]
     assert dangling_tool_uses(sent) == []
     assert io.messages[0].content[0] == ToolResultBlock("toolu_old", INTERRUPTED, is_error=True)
 

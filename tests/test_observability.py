@@ -87,6 +87,7 @@ async def test_span_tree_events_and_genai_attributes_on_the_wire(
         "repair_tool_calls",
         "todo",
         "repeat_call",
+        "prompt_cache",
         "human_in_the_loop",
         "tool_allowlist",
     ]

@@ -25,7 +25,7 @@ def test_default_stack_order_is_pinned() -> None:
         "repair_tool_calls",
         "todo",
         "repeat_call",
-        None,  # PromptCache
+        "prompt_cache",
         None,  # Memory
         "human_in_the_loop",
         "tool_allowlist",

@@ -18,6 +18,7 @@ from hango_worker.agent.middleware import (
     ModelWrapper,
     PromptContributor,
     RunHook,
+    SystemLayout,
     ToolCallRequest,
     ToolHandler,
     ToolProvider,
@@ -82,6 +83,8 @@ class Chain:
         self.run_hooks: list[RunHook] = having(2)
         self.tool_providers: list[ToolProvider] = having(3)
         self.contributors: list[PromptContributor] = having(4)
+        self.positions = {m.name: i for i, m in enumerate(mws)}
+        self._contributor_positions = [self.positions[c.name] for c in self.contributors]
         self._model: tuple[ModelHandler, ModelHandler] | None = None
         self._tool: tuple[ToolHandler, ToolHandler] | None = None
 
@@ -117,7 +120,16 @@ class Chain:
 
     def system_blocks(self, agent_blocks: Sequence[TextBlock], state: State) -> list[TextBlock]:
         """The agent's own blocks, then each contributor's, in chain order."""
+        return self.assemble_system(agent_blocks, state)[0]
+
+    def assemble_system(
+        self, agent_blocks: Sequence[TextBlock], state: State
+    ) -> tuple[list[TextBlock], SystemLayout]:
+        """`system_blocks`, and how many blocks each source gave (for breakpoints by index)."""
         blocks = list(agent_blocks)
-        for c in self.contributors:
-            blocks.extend(c.system_blocks(state))
-        return blocks
+        parts = [(-1, len(blocks))]
+        for c, pos in zip(self.contributors, self._contributor_positions, strict=True):
+            mine = c.system_blocks(state)
+            blocks.extend(mine)
+            parts.append((pos, len(mine)))
+        return blocks, SystemLayout(tuple(parts), self.positions)

@@ -22,6 +22,7 @@ from opentelemetry.trace import Link, SpanKind
 from hango_worker.agent.batch import ToolBatches, Waiting
 from hango_worker.agent.calls import ModelCaller, RunCancelled
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.cost import RunCost
 from hango_worker.agent.limits import (
     Budget,
     Limits,
@@ -35,6 +36,7 @@ from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallR
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, StateError
+from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import (
     Message,
     ModelError,
@@ -62,6 +64,7 @@ class LoopSettings:
     on_limit: OnLimit = "answer"
     budget: Budget = field(default_factory=Budget)
     deadline: float | None = None  # epoch seconds (agent/limits.py:deadline_of)
+    prices: PriceTable = field(default_factory=PriceTable)
 
 
 @dataclass(slots=True)
@@ -75,6 +78,7 @@ class RunInfo:
     # results recorded for the calls of the pending (last, unanswered) assistant message
     recorded: dict[str, ToolResult] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)  # used by this run's earlier attempts
+    cost_before: float | None = 0.0  # what they cost (None: unknown)
     # calls of the pending batch a wait left unstarted (runs.waiting_for): run them now
     not_started: frozenset[str] = frozenset()
     span_attributes: dict[str, Any] = field(default_factory=dict)
@@ -103,6 +107,7 @@ class AgentLoop(ToolBatches):
         self._events: list[Event] = []
         self._tools: dict[str, Tool] = {}
         self._usage = Usage()
+        self._cost = RunCost(self.settings.prices, agent.model)
         self._watermark = 0
         st = self.settings
         self._model = ModelCaller(
@@ -139,11 +144,14 @@ class AgentLoop(ToolBatches):
             genai.set_usage(span, outcome.usage)
             if outcome.limit is not None:
                 span.set_attribute("hango.run.limit", outcome.limit)
+            if outcome.cost_usd is not None:
+                span.set_attribute("hango.run.cost_usd", outcome.cost_usd)
             return outcome
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
         persisted = len(state.messages) if info.persisted is None else info.persisted
         self._usage.add(info.usage)
+        self._cost.carry(info.cost_before)
         last = state.messages[persisted - 1] if persisted else None
         try:
             await self._resume_pending(state, info.recorded, info.not_started, info.turns_done)
@@ -200,6 +208,7 @@ class AgentLoop(ToolBatches):
 
     async def _finish(self, state: State, outcome: Outcome) -> Outcome:
         outcome.usage = self._usage
+        outcome.cost_usd = self._cost.usd
         if outcome.waiting is not None:
             self._events.append(Event("run_waiting", outcome.waiting))
         else:
@@ -212,7 +221,8 @@ class AgentLoop(ToolBatches):
     async def _checkpoint(self, state: State, outcome: Outcome | None) -> None:
         new = state.messages[self._watermark :]
         events, self._events = self._events, []
-        await self.io.checkpoint(state, new, events, outcome, self._usage)
+        usage = {**self._usage.to_dict(), "cost_usd": self._cost.usd}
+        await self.io.checkpoint(state, new, events, outcome, usage)
         self._watermark = len(state.messages)
 
     # -- one turn --------------------------------------------------------------------------
@@ -247,6 +257,7 @@ class AgentLoop(ToolBatches):
         )
         resp = await self.chain.model_call(req, self._base_model_handler)
         self._usage.add(resp.usage)
+        self._cost.add(resp.usage)
         u = resp.usage
         self._next.input_tokens = (
             u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
@@ -304,7 +315,7 @@ class AgentLoop(ToolBatches):
     # -- the two base handlers -----------------------------------------------------------
 
     async def _base_model(self, req: ModelRequest) -> ModelResponse:
-        system = self.chain.system_blocks(self._agent_blocks, req.state)
+        system, layout = self.chain.assemble_system(self._agent_blocks, req.state)
         for rewrite in req.system_rewrites:
             system = rewrite(system)
         request = req.request
@@ -318,6 +329,8 @@ class AgentLoop(ToolBatches):
             temperature=request.temperature,
             thinking=request.thinking,
         )
+        for final in req.final_rewrites:
+            request = final(request, layout)
         return await self._model.call(request, req.on_text)
 
     async def _side_call(self, request: Request) -> ModelResponse:
@@ -325,6 +338,7 @@ class AgentLoop(ToolBatches):
         cancel and `chat` span; its usage is the run's."""
         resp = await self._model.call(request, None)
         self._usage.add(resp.usage)
+        self._cost.add(resp.usage)  # priced as the agent's model
         return resp
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:

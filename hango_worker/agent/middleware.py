@@ -6,7 +6,7 @@ discovered once when the chain is built (`isinstance`), never per call.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,6 +23,27 @@ SideCall = Callable[[Request], Awaitable[Response]]
 
 
 @dataclass(frozen=True, slots=True)
+class SystemLayout:
+    """Where the assembled system blocks came from, in order: `parts` holds
+    `(chain position, block count)` per source, the agent's own blocks first
+    (position -1), then each contributor's. Recorded by `Chain.assemble_system`."""
+
+    parts: tuple[tuple[int, int], ...]
+    positions: Mapping[str, int]  # chain position of every middleware, by name
+
+    def blocks_before(self, name: str) -> int:
+        """How many blocks come from the agent and the contributors placed before
+        middleware `name` in the chain: the index where later contributors start."""
+        pos = self.positions[name]
+        return sum(n for p, n in self.parts if p < pos)
+
+
+# Applied by the base handler to the exact request the provider receives: after the
+# system is assembled and rewritten, after every inner middleware's changes.
+RequestRewrite = Callable[[Request, SystemLayout], Request]
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One model call. `request.system` is assembled by the base handler on
     every call; a wrapper that wants to change the assembled blocks (e.g. set
@@ -35,12 +56,19 @@ class ModelRequest:
     on_text: TextSink | None = None
     system_rewrites: tuple[SystemRewrite, ...] = ()
     call_model: SideCall | None = None
+    final_rewrites: tuple[RequestRewrite, ...] = ()
 
     def with_request(self, **changes: Any) -> ModelRequest:
         return replace(self, request=replace(self.request, **changes))
 
     def rewrite_system(self, fn: SystemRewrite) -> ModelRequest:
         return replace(self, system_rewrites=(*self.system_rewrites, fn))
+
+    def rewrite_final(self, fn: RequestRewrite) -> ModelRequest:
+        """Rewrite the request as the provider will receive it (e.g. cache breakpoints,
+        which must sit on the final tools, system and messages), with the layout of
+        its assembled system blocks. Applied in order, after the system rewrites."""
+        return replace(self, final_rewrites=(*self.final_rewrites, fn))
 
 
 @dataclass(frozen=True, slots=True)

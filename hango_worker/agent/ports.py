@@ -30,6 +30,11 @@ class Outcome:
     limit: str | None = None  # the limit that ended the run (agent/limits.py), if any
     # status "waiting": what the run waits for (stored as runs.waiting_for)
     waiting: dict[str, Any] | None = None
+    cost_usd: float | None = None  # None: the model has no price (agent/cost.py)
+
+    def usage_dict(self) -> dict[str, Any]:
+        """The run's `usage` record: the four token counts (and the 1 h writes), cost_usd."""
+        return {**self.usage.to_dict(), "cost_usd": self.cost_usd}
 
 
 class Fenced(Exception):
@@ -50,9 +55,10 @@ class RunIO(Protocol):
         new_messages: list[Message],
         events: list[Event],
         outcome: Outcome | None,
-        usage: Usage | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
-        """`usage`: the run's usage so far (all attempts), stored with every checkpoint."""
+        """`usage`: the run's `usage` record so far (token counts and cost_usd, all
+        attempts), stored with every checkpoint."""
         ...
 
     async def record_tool_result(

@@ -46,6 +46,9 @@ class AgentConfig(Budget):
             raise ValueError(f"compact_target ({target}) must be below compact_trigger ({trigger})")
         return self
 
+    # prompt-cache TTL of the stable prefix (tools + system); see agent/mw_prompt_cache.py
+    cache_ttl: Literal["5m", "1h"] = "5m"
+
 
 class AgentSpecError(ValueError):
     pass

@@ -17,6 +17,7 @@ from hango_worker.agent.mw_filesystem import DEFAULT_OFFLOAD_THRESHOLD_BYTES, FI
 from hango_worker.agent.mw_hitl import ASK_USER, ApprovalRule, DecisionRecord, HumanInTheLoop
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import Memory, MemoryBinding
+from hango_worker.agent.mw_prompt_cache import CacheTTL, PromptCache
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
 from hango_worker.agent.mw_summarize import Summarization
@@ -40,6 +41,7 @@ class StackConfig:
     # the run's memory store and scope; required when the agent lists the memory tool
     memory: MemoryBinding | None = None
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    cache_ttl: CacheTTL = "5m"
     approvals: tuple[ApprovalRule, ...] = ()
     # decisions for the pending turn of a run resumed after waiting (by tool_use id)
     decisions: Mapping[str, DecisionRecord] = field(default_factory=dict)
@@ -65,6 +67,7 @@ class StackConfig:
             offload_threshold_bytes=c.offload_threshold_bytes or DEFAULT_OFFLOAD_THRESHOLD_BYTES,
             memory=memory,
             compaction=CompactionConfig.of(c),
+            cache_ttl=c.cache_ttl,
             approvals=tuple(c.approvals),
             decisions=decisions or {},
             approval_timeout_s=c.approval_timeout_s,
@@ -99,7 +102,7 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # RepeatCall: outside the allowlist, so a banned call is counted but still rejected.
         RepeatCall(threshold=cfg.repeat_call_threshold),
         # PromptCache: before Memory, so memory edits land after the cached prefix.
-        None,
+        PromptCache(cfg.cache_ttl),
         # Memory: after the cache breakpoint; its blocks change often.
         _memory(cfg),
         # HumanInTheLoop: just outside the allowlist, so approvals see calls after every

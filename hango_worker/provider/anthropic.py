@@ -361,6 +361,10 @@ class _Accumulator:
             output_tokens=u.output_tokens,
             cache_read_input_tokens=u.cache_read_input_tokens or 0,
             cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
+            # the 1 h part of the writes (only message_start carries the split)
+            cache_creation_1h_input_tokens=(
+                u.cache_creation.ephemeral_1h_input_tokens if u.cache_creation else 0
+            ),
         )
 
     def _message_delta(self, event: RawMessageDeltaEvent) -> None:

@@ -27,10 +27,16 @@ class StopReason(StrEnum):
     MODEL_CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
 
 
+# A prompt-cache breakpoint, e.g. {"type": "ephemeral"} or {"type": "ephemeral", "ttl": "1h"}.
+# Set only on copies made for one request (agent/mw_prompt_cache.py), never on stored
+# history: `block_from_dict` drops it, so nothing read back or taken as input carries one.
+CacheControl: TypeAlias = dict[str, str]
+
+
 @dataclass(slots=True)
 class TextBlock:
     text: str
-    cache_control: dict[str, str] | None = None
+    cache_control: CacheControl | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         d: dict[str, JSON] = {"type": "text", "text": self.text}
@@ -50,9 +56,14 @@ class ToolUseBlock:
     # Why the streamed arguments are unusable (not JSON, or JSON but not an object);
     # such a call is not executed: the model gets this as an error result. Not stored.
     input_error: str | None = None
+    cache_control: CacheControl | None = None  # request copies only
 
     def to_dict(self) -> dict[str, JSON]:
-        return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.input}
+        d: dict[str, JSON] = {"type": "tool_use", "id": self.id, "name": self.name}
+        d["input"] = self.input
+        if self.cache_control is not None:
+            d["cache_control"] = dict(self.cache_control)
+        return d
 
 
 _JSON_TYPES: dict[type, str] = {
@@ -78,6 +89,7 @@ class ToolResultBlock:
     tool_use_id: str
     content: str
     is_error: bool = False
+    cache_control: CacheControl | None = None  # request copies only
 
     def to_dict(self) -> dict[str, JSON]:
         d: dict[str, JSON] = {
@@ -87,6 +99,8 @@ class ToolResultBlock:
         }
         if self.is_error:
             d["is_error"] = True
+        if self.cache_control is not None:
+            d["cache_control"] = dict(self.cache_control)
         return d
 
 
@@ -129,7 +143,7 @@ def block_from_dict(d: dict[str, JSON]) -> Block:
     """Rebuild a block from its API/storage shape; raises ValueError on unknown types."""
     kind = d.get("type")
     if kind == "text":
-        return TextBlock(text=str(d["text"]), cache_control=d.get("cache_control"))
+        return TextBlock(text=str(d["text"]))
     if kind == "tool_use":
         return ToolUseBlock(id=str(d["id"]), name=str(d["name"]), input=dict(d.get("input") or {}))
     if kind == "tool_result":
@@ -161,12 +175,15 @@ class Usage:
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    # the part of cache_creation_input_tokens written with the 1 h TTL (priced higher)
+    cache_creation_1h_input_tokens: int = 0
 
     def add(self, other: Usage) -> None:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.cache_read_input_tokens += other.cache_read_input_tokens
         self.cache_creation_input_tokens += other.cache_creation_input_tokens
+        self.cache_creation_1h_input_tokens += other.cache_creation_1h_input_tokens
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -174,6 +191,7 @@ class Usage:
             "output_tokens": self.output_tokens,
             "cache_read_input_tokens": self.cache_read_input_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_creation_1h_input_tokens": self.cache_creation_1h_input_tokens,
         }
 
     @classmethod
@@ -189,13 +207,17 @@ class ToolSpec:
     name: str
     description: str
     input_schema: dict[str, JSON]
+    cache_control: CacheControl | None = None  # request copies only
 
     def to_dict(self) -> dict[str, JSON]:
-        return {
+        d: dict[str, JSON] = {
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
         }
+        if self.cache_control is not None:
+            d["cache_control"] = dict(self.cache_control)
+        return d
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from hango_worker.agent.spec import AgentSpec, AgentSpecError
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
+from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
 from hango_worker.run.memory import PgMemoryStore
@@ -274,6 +275,7 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         persisted=loaded.persisted,
         usage=c.usage,
         not_started=frozenset((c.waiting_for or {}).get("not_started", [])),
+        cost_before=c.cost_before,
         parent=parent,
         links=links,
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
@@ -311,6 +313,11 @@ def _memory(deps: RunDeps, agent: AgentSpec, c: Claim, io: PgRunIO) -> MemoryBin
     return MemoryBinding(PgMemoryStore(deps.pool, io), scope)
 
 
+def price_table(s: Settings) -> PriceTable:
+    """The default prices with HANGO_MODEL_PRICES laid over them (a few µs: per run)."""
+    return PriceTable({m: p.model_dump() for m, p in s.model_prices.items()})
+
+
 def _build_loop(
     deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO, memory: MemoryBinding | None
 ) -> AgentLoop:
@@ -330,6 +337,7 @@ def _build_loop(
         on_limit=agent.config.on_limit,
         budget=budget,
         deadline=deadline_of(budget, over, c.started_s),
+        prices=price_table(s),
     )
     pub = deps.text
 

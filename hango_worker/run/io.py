@@ -66,6 +66,7 @@ class Claim:
     queued_s: float = 0.0
     started_s: float = 0.0  # when the run first started (epoch seconds)
     usage: Usage = field(default_factory=Usage)  # used by earlier attempts
+    cost_before: float | None = 0.0  # what they cost (None: unknown)
     waiting_for: dict[str, Any] | None = None  # set when resumed after a wait
     # set when the row cannot be decoded: the run is failed with it at once
     invalid: dict[str, str] | None = None
@@ -92,7 +93,7 @@ class Claim:
             c.invalid = {"type": ErrorType.INVALID_INPUT, "message": str(e)}
         try:
             c.state_json = decode_json(r["state_json"], "runs.state_json")
-            c.usage = _decode_usage(r["usage"])
+            c.usage, c.cost_before = _decode_usage(r["usage"])
             c.waiting_for = _decode_waiting(r["waiting_for"])
         except ValueError as e:
             c.invalid = c.invalid or {"type": ErrorType.INVALID_STATE, "message": str(e)}
@@ -111,15 +112,19 @@ def _decode_waiting(raw: str | None) -> dict[str, Any] | None:
     return record
 
 
-def _decode_usage(raw: str | None) -> Usage:
-    """`runs.usage` (written by us at every checkpoint): the run's token counts so far."""
+def _decode_usage(raw: str | None) -> tuple[Usage, float | None]:
+    """`runs.usage` (written by us at every checkpoint): the run's token counts and
+    cost so far (cost None: unknown, the model has no price)."""
     d = decode_json(raw, "runs.usage")
     if d is None:
-        return Usage()
+        return Usage(), 0.0
     if not isinstance(d, dict):
         raise ValueError(f"runs.usage must be a JSON object, got {type(d).__name__}")
+    cost = d.get("cost_usd")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
+        raise ValueError(f"runs.usage.cost_usd must be a number or null, got {cost!r}"[:300])
     try:
-        return Usage.from_dict(d)
+        return Usage.from_dict(d), None if cost is None else float(cost)
     except (TypeError, ValueError):
         raise ValueError(f"runs.usage holds a count that is not a number: {d!r}"[:300]) from None
 
@@ -250,7 +255,7 @@ class PgRunIO:
         new_messages: list[Message],
         events: list[Event],
         outcome: Outcome | None,
-        usage: Usage | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
         m_seq = list(range(self._msg_seq, self._msg_seq + len(new_messages)))
         e_seq = list(range(self._event_seq, self._event_seq + len(events)))
@@ -262,7 +267,7 @@ class PgRunIO:
             outcome.status if outcome else None,
             self.lease_s,
             outcome.error if outcome else None,
-            _usage(outcome.usage if outcome else usage),
+            outcome.usage_dict() if outcome else usage,
             _traceparent(),
             outcome.limit if outcome else None,
             m_seq,

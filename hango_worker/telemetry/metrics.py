@@ -161,6 +161,16 @@ RUN_LIMITS = Counter(
     "answer (one last tool-free call) or fail.",
     ["limit", "on_limit"],
 )
+MODEL_COST = Counter(
+    "hango_model_cost_usd",
+    "Model spend in USD at list prices (HANGO_MODEL_PRICES), per response.",
+    ["gen_ai_request_model"],
+)
+MODEL_PRICE_UNKNOWN = Counter(
+    "hango_model_price_unknown",
+    "Run attempts whose model has no price: their cost is unknown, not counted above.",
+    ["gen_ai_request_model"],
+)
 RUNS_FAILED = Counter(
     "hango_runs_failed_total", "Runs that ended failed, by error type.", ["error_type"]
 )

@@ -38,7 +38,6 @@ from hango_worker.provider.types import (
     TextBlock,
     TextSink,
     ToolUseBlock,
-    Usage,
 )
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolResult
@@ -55,7 +54,7 @@ class MemoryRunIO:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     tool_results: dict[str, ToolResult] = field(default_factory=dict)
     outcome: Outcome | None = None
-    usage: Usage | None = None  # as of the last checkpoint
+    usage: dict[str, Any] | None = None  # the run's `usage` record at the last checkpoint
     started: list[str] = field(default_factory=list)  # calls resumed after a wait
     # the run's files (run_files), written with the tool result or checkpoint that
     # carried them out of the State.file_writes outbox, as in PgRunIO
@@ -72,7 +71,7 @@ class MemoryRunIO:
         new_messages: list[Message],
         events: list[Event],
         outcome: Outcome | None,
-        usage: Usage | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> None:
         self.usage = usage
         self._flush(state)

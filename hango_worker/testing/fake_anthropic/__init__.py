@@ -53,8 +53,9 @@ server) sleeps before every SSE frame.
 **Validation,** with the real API's messages: empty ``messages``; a
 ``tool_use`` not answered by ``tool_result`` blocks first in the next user
 message; a ``tool_result`` with no ``tool_use`` in the previous message;
-more than 4 ``cache_control`` blocks; missing ``model``/``max_tokens``/
-``anthropic-version``. Each gives a 400 ``invalid_request_error``.
+more than 4 ``cache_control`` blocks; a ``"ttl": "1h"`` breakpoint after a
+5 min one; missing ``model``/``max_tokens``/``anthropic-version``. Each gives
+a 400 ``invalid_request_error``.
 
 **Context window and token counting.** Tokens are counted deterministically
 (`tokens.count_tokens`): ``ceil(chars / 4)`` per tool definition, system block
@@ -74,7 +75,8 @@ messages, per model) up to each ``cache_control`` breakpoint is hashed; a
 prefix seen before (looking back up to 20 blocks from each breakpoint, within
 its TTL: 5 min, or 1 h with ``"ttl": "1h"``) is read
 (``cache_read_input_tokens``), the rest up to the last breakpoint is written
-(``cache_creation_input_tokens``), in the tokens counted above;
+(``cache_creation_input_tokens``; ``cache_creation`` splits it by the TTL of
+the breakpoint ending each written span), in the tokens counted above;
 prefixes shorter than ``min_cacheable_tokens`` (default 1024, like the real
 models) are not cached.
 

@@ -21,7 +21,9 @@ class CacheUsage:
     input_tokens: int
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
-    creation_ttl: str = "5m"
+    creation_ttl: str = "5m"  # the TTL of the last breakpoint written
+    # the part of the writes up to breakpoints with "ttl": "1h" (the rest is 5 m)
+    cache_creation_1h_input_tokens: int = 0
 
 
 class PromptCache:
@@ -77,7 +79,21 @@ class PromptCache:
             if last > hit:
                 usage.cache_creation_input_tokens = tokens[last] - read
                 cached = tokens[last]
+                usage.cache_creation_1h_input_tokens = _written_1h(eligible, tokens, hit, read)
             for b, ttl in eligible:
                 self._entries[digests[b]] = (now + _TTL_S[ttl], _TTL_S[ttl])
         usage.input_tokens = total - cached
         return usage
+
+
+def _written_1h(eligible: list[tuple[int, str]], tokens: list[int], hit: int, read: int) -> int:
+    """Tokens written up to 1 h breakpoints: each written span is charged at the TTL of
+    the breakpoint that ends it, as the API splits `cache_creation`."""
+    start, one_hour = read, 0
+    for b, ttl in eligible:
+        end = tokens[b]
+        if b > hit and end > start:
+            if ttl == "1h":
+                one_hour += end - start
+            start = end
+    return one_hour

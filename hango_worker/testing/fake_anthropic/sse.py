@@ -86,11 +86,8 @@ def _stop_sequence(turn: FakeTurn, stop: str, body: dict[str, Any]) -> str | Non
 
 def _creation(counts: dict[str, int], usage: CacheUsage) -> dict[str, int]:
     n = counts["cache_creation_input_tokens"]
-    one_hour = usage.creation_ttl == "1h"
-    return {
-        "ephemeral_5m_input_tokens": 0 if one_hour else n,
-        "ephemeral_1h_input_tokens": n if one_hour else 0,
-    }
+    one_hour = min(n, usage.cache_creation_1h_input_tokens)
+    return {"ephemeral_5m_input_tokens": n - one_hour, "ephemeral_1h_input_tokens": one_hour}
 
 
 Frame = tuple[str, dict[str, Any]]

@@ -75,6 +75,33 @@ def _cache_control_count(body: dict[str, Any]) -> int:
     return sum(1 for b in items if isinstance(b, dict) and b.get("cache_control"))
 
 
+def _marked(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(path, cache_control) of every marked block, in the API's order: tools, system, messages."""
+    out: list[tuple[str, Any]] = []
+    for key in ("tools", "system"):
+        if isinstance(body.get(key), list):
+            out += [(f"{key}.{i}", b.get("cache_control")) for i, b in enumerate(body[key])]
+    for i, m in enumerate(body.get("messages") or []):
+        blocks = content_blocks(m)
+        out += [(f"messages.{i}.content.{j}", b.get("cache_control")) for j, b in enumerate(blocks)]
+    return [(path, cc) for path, cc in out if isinstance(cc, dict)]
+
+
+def check_ttl_order(body: dict[str, Any]) -> None:
+    """The API refuses a 1 h breakpoint after a 5 m one (in tools, system, messages order)."""
+    seen_5m = False
+    for path, cc in _marked(body):
+        if cc.get("ttl", "5m") == "1h" and seen_5m:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                f"{path}.cache_control.ttl: a ttl='1h' cache_control block must not come after "
+                "a ttl='5m' cache_control block. Note that blocks are processed in the following "
+                "order: `tools`, `system`, `messages`.",
+            )
+        seen_5m = seen_5m or cc.get("ttl", "5m") != "1h"
+
+
 def validate_request(body: Any, headers: dict[str, str], *, counting: bool = False) -> None:
     """Raise ApiError the way the API does, for the rules this fake knows
     (`counting`: a count_tokens request, which needs no `max_tokens`)."""
@@ -97,3 +124,4 @@ def validate_request(body: Any, headers: dict[str, str], *, counting: bool = Fal
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {n}.",
         )
+    check_ttl_order(body)
