@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 
 from hango_worker.agent.limits import parse_overrides
-from hango_worker.store import db, decisions, repo
+from hango_worker.store import db, decisions, fork, repo
 from hango_worker.store.sql import DONE_CHANNEL
 from hango_worker.vocab import FINISHED, Decision, RunStatus
 
@@ -169,6 +169,16 @@ class Client:
             text=text,
             decided_by="client",
         )
+
+    async def fork(self, run_id: str, at_turn: int, input: str | None = None) -> dict[str, str]:
+        """A new queued run from the end of `run_id`'s turn `at_turn` (its history and
+        state as they were then; `input`: the user's next message). The source run is
+        only read. ValueError: no such turn."""
+        return await fork.fork(self.pool, self.tenant_id, run_id, at_turn, input)
+
+    async def history(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's turns: index, time, tool calls, whether the state changed."""
+        return await fork.history(self.pool, self.tenant_id, run_id)
 
     async def wait(
         self, run_id: str, timeout_s: float = 300.0, poll_s: float = 5.0

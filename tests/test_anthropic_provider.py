@@ -231,6 +231,7 @@ class MemoryIO:
         events: list[Event],
         outcome: Outcome | None,
         usage: Any = None,
+        states: Any = None,
     ) -> None:
         self.messages.extend(new)
         self.events.extend(events)

@@ -67,6 +67,9 @@ async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restore
     empty_dsn: str,
 ) -> None:
     await migrate.upgrade(empty_dsn, "head")
+    assert "run_states" in await _tables(empty_dsn)
+    await migrate.downgrade(empty_dsn, "0006_waiting")
+    assert "run_states" not in await _tables(empty_dsn)
     assert {"waiting_for", "waiting_since", "waiting_until"} <= await _columns(empty_dsn, "runs")
     assert "run_decisions" in await _tables(empty_dsn)
     await migrate.downgrade(empty_dsn, "0005_memories")

@@ -12,6 +12,7 @@ state_json + events), plus one small fenced commit per completed tool call
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from hango_worker.agent.limits import (
 from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallRequest
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
-from hango_worker.agent.state import State, StateError
+from hango_worker.agent.state import State, StateError, dump_state
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import (
     Message,
@@ -122,6 +123,9 @@ class AgentLoop(ToolBatches):
         self._limits = Limits(st.max_turns, st.on_limit, st.budget, st.deadline)
         self._next = NextCall(max_tokens=agent.config.max_tokens)
         self._counts: ToolCounts | None = None
+        self._done = 0  # model turns completed by this run (all attempts)
+        self._states: list[tuple[int, str]] = []  # (turn, state at its end, as JSON)
+        self._last_state: str | None = None
         # bound once, so the chain composes its onion once per run, not per call
         self._side_call_handler = self._side_call
         self._base_model_handler = self._base_model
@@ -150,6 +154,9 @@ class AgentLoop(ToolBatches):
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
         persisted = len(state.messages) if info.persisted is None else info.persisted
+        self._done = info.turns_done
+        # as loaded: kept already, or the run's start (not worth a row)
+        self._last_state = json.dumps(dump_state(state), ensure_ascii=False, separators=(",", ":"))
         self._usage.add(info.usage)
         self._cost.carry(info.cost_before)
         last = state.messages[persisted - 1] if persisted else None
@@ -215,6 +222,7 @@ class AgentLoop(ToolBatches):
             self._events.append(
                 Event("run_finished", {"status": outcome.status, "error": outcome.error})
             )
+        self._keep_state(state)
         await self._checkpoint(state, outcome)
         return outcome
 
@@ -222,14 +230,24 @@ class AgentLoop(ToolBatches):
         new = state.messages[self._watermark :]
         events, self._events = self._events, []
         usage = {**self._usage.to_dict(), "cost_usd": self._cost.usd}
-        await self.io.checkpoint(state, new, events, outcome, usage)
+        states, self._states = self._states, []
+        await self.io.checkpoint(state, new, events, outcome, usage, states)
         self._watermark = len(state.messages)
+
+    def _keep_state(self, state: State) -> None:
+        """The state at the end of turn `self._done`, kept (run_states, for forks) with
+        the next checkpoint when it differs from the one kept before."""
+        now = json.dumps(dump_state(state), ensure_ascii=False, separators=(",", ":"))
+        if now != self._last_state:
+            self._states.append((self._done, now))
+            self._last_state = now
 
     # -- one turn --------------------------------------------------------------------------
 
     async def _turn(self, state: State, turn: int) -> Outcome | None:
         """One model call and its tool batch. Returns an Outcome when the run ends."""
         with turn_span(f"turn {turn}", {"hango.turn.index": turn}):
+            self._keep_state(state)  # the previous turn's end, kept with this checkpoint
             resp = await self._model_turn(state, turn)
             uses = resp.message.tool_uses()
             if not uses:
@@ -258,6 +276,7 @@ class AgentLoop(ToolBatches):
         resp = await self.chain.model_call(req, self._base_model_handler)
         self._usage.add(resp.usage)
         self._cost.add(resp.usage)
+        self._done += 1
         u = resp.usage
         self._next.input_tokens = (
             u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens

@@ -56,9 +56,12 @@ class RunIO(Protocol):
         events: list[Event],
         outcome: Outcome | None,
         usage: dict[str, Any] | None = None,
+        states: list[tuple[int, str]] | None = None,
     ) -> None:
         """`usage`: the run's `usage` record so far (token counts and cost_usd, all
-        attempts), stored with every checkpoint."""
+        attempts), stored with every checkpoint. `states`: (turn, the state at that
+        turn's end as JSON) for each turn whose state changed, kept in run_states
+        (forks start from them)."""
         ...
 
     async def record_tool_result(

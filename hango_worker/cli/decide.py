@@ -1,4 +1,5 @@
-"""`runs approve|reject|answer`: a person's decision about a waiting run."""
+"""`runs approve|reject|answer` (a person's decision about a waiting run), `runs fork`
+and `runs history`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 from hango_worker.cli import exits
 from hango_worker.cli.commands import pool_for
 from hango_worker.cli.exits import CliError
+from hango_worker.cli.inputs import read_input
 from hango_worker.config import Settings
+from hango_worker.render import safe
 from hango_worker.store import decisions, repo
 from hango_worker.vocab import Decision
 
@@ -60,3 +63,33 @@ async def cmd_runs_reject(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_answer(s: Settings, a: argparse.Namespace) -> int:
     return await _decide(s, a, Decision.ANSWER, text=a.text)
+
+
+async def cmd_runs_fork(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.store import fork
+
+    text = read_input(a.input, a.input_file) if (a.input or a.input_file) else None
+    try:
+        async with pool_for(s) as (_, pool):
+            ids = await fork.fork(pool, repo.DEFAULT_TENANT_ID, a.run_id, a.at_turn, text)
+    except ValueError as e:
+        if isinstance(e, repo.Conflict):
+            raise
+        raise CliError(str(e)) from None
+    print(json.dumps(ids) if a.json else ids["run_id"])
+    return exits.OK
+
+
+async def cmd_runs_history(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.store import fork
+
+    async with pool_for(s) as (_, pool):
+        turns = await fork.history(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+    if a.json:
+        print(json.dumps(turns, default=str))
+        return exits.OK
+    for t in turns:
+        tools = ", ".join(safe(n) for n in t["tool_calls"]) or "(answer)"
+        changed = "  state changed" if t["state_changed"] else ""
+        print(f"{t['turn']:>4}  {t['at']}  {tools}{changed}")
+    return exits.OK

@@ -155,6 +155,18 @@ def _decisions(rs: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
             sp.add_argument("--reason", type=text, required=True, help="told to the model")
         if verb == "answer":
             sp.add_argument("--text", type=text, required=True, help="the answer")
+    fk = cmd("fork", d.cmd_runs_fork, "a new run from the end of one of this run's turns", rs)
+    fk.add_argument("run_id", type=a_uuid("a run id"))
+    fk.add_argument(
+        "--at-turn", type=int_between(0, 1_000_000), required=True, help="0: before turn 1"
+    )
+    given = fk.add_mutually_exclusive_group()
+    given.add_argument("--input", type=text, help="the user's next message ('-': read stdin)")
+    given.add_argument("--input-file", type=text, metavar="PATH", help="read it from a file")
+    fk.add_argument("--json", action="store_true")
+    hs = cmd("history", d.cmd_runs_history, "the run's turns: time, tools, state changed", rs)
+    hs.add_argument("run_id", type=a_uuid("a run id"))
+    hs.add_argument("--json", action="store_true")
     fl = cmd("files", c.cmd_runs_files, "the run's files: path, size, tool call, updated", rs)
     fl.add_argument("run_id", type=a_uuid("a run id"))
     fl.add_argument("--json", action="store_true")

@@ -256,7 +256,9 @@ class PgRunIO:
         events: list[Event],
         outcome: Outcome | None,
         usage: dict[str, Any] | None = None,
+        states: list[tuple[int, str]] | None = None,
     ) -> None:
+        kept = states or []
         m_seq = list(range(self._msg_seq, self._msg_seq + len(new_messages)))
         e_seq = list(range(self._event_seq, self._event_seq + len(events)))
         writes = list(state.file_writes)
@@ -278,6 +280,8 @@ class PgRunIO:
             [_dumps(e.payload) for e in events],
             *_file_args(writes),
             outcome.waiting if outcome else None,
+            [turn for turn, _ in kept],
+            [st for _, st in kept],
         )
         del state.file_writes[: len(writes)]
         self._msg_seq += len(new_messages)
@@ -346,6 +350,8 @@ class PgRunIO:
             [],
             [],
             None,
+            [],
+            [],
         )
 
     # -- FileStore: the run's files, plain reads scoped by run id --------------------------

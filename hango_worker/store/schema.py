@@ -230,3 +230,17 @@ memories = Table(
         name="memories_scope_check",
     ),
 )
+
+# The run's state_json at the end of a turn (after its tool calls), kept only when it
+# changed since the last one kept, written in the turn's checkpoint: what a fork
+# from that turn starts with (store/fork.py).
+run_states = Table(
+    "run_states",
+    metadata,
+    Column(
+        "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("turn", Integer, primary_key=True),
+    Column("state_json", JSONB, nullable=False),
+    _now(),
+)

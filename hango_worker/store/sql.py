@@ -80,6 +80,7 @@ LOAD_DECISIONS = (
 # One statement per turn: fence + messages + events + state (+ final status), and any
 # run files still in the outbox (State.file_writes; normally flushed by RECORD_TOOL).
 # A run that suspends for a person ends its attempt here too (status 'waiting', $21).
+# The state at the end of a turn is kept in run_states when it changed ($22, $23).
 # A NULL state leaves state_json as found (a run failed before its state was read).
 CHECKPOINT = """
 WITH fence AS (
@@ -120,6 +121,12 @@ WITH fence AS (
         AS w(path, content, size, tool_use_id)
     ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
         size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()
+    RETURNING 1
+), snap AS (
+    INSERT INTO run_states (run_id, turn, state_json)
+    SELECT f.id, k.turn, k.state::jsonb
+    FROM fence f, unnest($22::int[], $23::text[]) AS k(turn, state)
+    ON CONFLICT (run_id, turn) DO UPDATE SET state_json = EXCLUDED.state_json
     RETURNING 1
 ), done AS (
     SELECT pg_notify('hango_done', f.id::text) FROM fence f

@@ -56,6 +56,8 @@ class MemoryRunIO:
     outcome: Outcome | None = None
     usage: dict[str, Any] | None = None  # the run's `usage` record at the last checkpoint
     started: list[str] = field(default_factory=list)  # calls resumed after a wait
+    # (turn, state at its end as JSON), kept when it changed: as run_states
+    states: list[tuple[int, str]] = field(default_factory=list)
     # the run's files (run_files), written with the tool result or checkpoint that
     # carried them out of the State.file_writes outbox, as in PgRunIO
     files: dict[str, FileWrite] = field(default_factory=dict)
@@ -72,8 +74,10 @@ class MemoryRunIO:
         events: list[Event],
         outcome: Outcome | None,
         usage: dict[str, Any] | None = None,
+        states: list[tuple[int, str]] | None = None,
     ) -> None:
         self.usage = usage
+        self.states.extend(states or [])
         self._flush(state)
         self.messages.extend(new_messages)
         self.events.extend(events)

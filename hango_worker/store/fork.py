@@ -1,0 +1,153 @@
+"""Fork a run from any turn, and list a run's turns (cold path).
+
+A fork is a new run in a new session whose history is the source session's
+messages up to the end of the source run's turn N (its tool results included),
+and whose `state_json` is the source run's state at the end of that turn
+(`run_states`: the latest snapshot at or before N, kept by the turn's checkpoint
+when the state changed). It is queued like any run; the source run, its session
+and its rows are only read, never written.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+from hango_worker.store.repo import Conflict, get_run
+from hango_worker.store.sql import NOTIFY_CHANNEL
+
+_TURNS = """
+WITH t AS (
+    SELECT seq, created_at, content::text AS content,
+        (row_number() OVER (ORDER BY seq))::int AS turn
+    FROM messages WHERE run_id = $1 AND role = 'assistant'
+)
+SELECT t.turn, t.created_at, t.content,
+    EXISTS (SELECT 1 FROM run_states s WHERE s.run_id = $1 AND s.turn = t.turn) AS state_changed
+FROM t ORDER BY t.seq
+"""
+_STATE_AT = (
+    "SELECT state_json::text FROM run_states WHERE run_id = $1 AND turn <= $2 "
+    "ORDER BY turn DESC LIMIT 1"
+)
+_NEW_SESSION = "INSERT INTO sessions (id, tenant_id, agent_id) VALUES ($1, $2, $3)"
+_NEW_RUN = """
+INSERT INTO runs (id, tenant_id, session_id, agent_id, input, state_json)
+VALUES ($1, $2, $3, $4, $5::text::jsonb, $6::text::jsonb)
+"""
+# the source session's messages before the cut, renumbered 1.. in the new session
+_COPY = """
+INSERT INTO messages (session_id, seq, run_id, role, content)
+SELECT $1, row_number() OVER (ORDER BY seq), $2, role, content
+FROM messages WHERE session_id = $3 AND seq < $4
+RETURNING seq, role, content::text AS content
+"""
+_APPEND_TO_LAST = (
+    "UPDATE messages SET content = content || $3::text::jsonb WHERE session_id = $1 AND seq = $2"
+)
+_APPEND_NEW = (
+    "INSERT INTO messages (session_id, seq, run_id, role, content) "
+    "VALUES ($1, $2, $3, 'user', $4::text::jsonb)"
+)
+
+
+def _tool_names(content: str) -> list[str]:
+    try:
+        blocks = json.loads(content)
+    except ValueError:
+        return []
+    if not isinstance(blocks, list):
+        return []
+    return [
+        str(b.get("name")) for b in blocks if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
+
+
+async def history(pool: asyncpg.Pool, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run's turns: index (1..), when the model answered, the tools it called, and
+    whether the state at the turn's end was kept (it changed)."""
+    await get_run(pool, tenant_id, run_id)
+    rows = await pool.fetch(_TURNS, run_id)
+    return [
+        {
+            "turn": r["turn"],
+            "at": r["created_at"],
+            "tool_calls": _tool_names(r["content"]),
+            "state_changed": bool(r["state_changed"]),
+        }
+        for r in rows
+    ]
+
+
+async def fork(
+    pool: asyncpg.Pool, tenant_id: str, run_id: str, at_turn: int, input_text: str | None = None
+) -> dict[str, str]:
+    """Queue a new run from the end of `run_id`'s turn `at_turn` (0: before its first
+    turn); `input_text` is added as the user's next message. NotFound: no such run;
+    ValueError: no such turn, or nothing for the model to answer."""
+    src = await get_run(pool, tenant_id, run_id)
+    if at_turn < 0:
+        raise ValueError(f"--at-turn must be 0 or more, got {at_turn}")
+    if input_text is not None and not input_text.strip():
+        raise ValueError("the fork's input must not be empty")
+    async with pool.acquire() as conn, conn.transaction():
+        turns = [
+            r["seq"]
+            for r in await conn.fetch(
+                "SELECT seq FROM messages WHERE run_id = $1 AND role = 'assistant' ORDER BY seq",
+                run_id,
+            )
+        ]
+        if at_turn > len(turns):
+            raise ValueError(f"run {run_id} has {len(turns)} turns; there is no turn {at_turn}")
+        cut = await _cut(conn, run_id, src["session_id"], turns, at_turn)
+        state = await conn.fetchval(_STATE_AT, run_id, at_turn) or "{}"
+        new_run, new_session = str(uuid.uuid4()), str(uuid.uuid4())
+        await conn.execute(_NEW_SESSION, new_session, tenant_id, src["agent_id"])
+        run_input = {"text": input_text or "", "fork": {"run_id": run_id, "at_turn": at_turn}}
+        await conn.execute(
+            _NEW_RUN, new_run, tenant_id, new_session, src["agent_id"], json.dumps(run_input), state
+        )
+        copied = await conn.fetch(_COPY, new_session, new_run, src["session_id"], cut)
+        await _add_input(conn, new_session, new_run, copied, input_text)
+        await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, new_run)
+    return {"run_id": new_run, "session_id": new_session}
+
+
+async def _cut(
+    conn: asyncpg.Connection, run_id: str, session_id: str, turns: list[int], at_turn: int
+) -> int:
+    """The first message seq the fork leaves out: the source run's next assistant
+    message, or (forking at its last turn) everything after the run's last message."""
+    if at_turn < len(turns):
+        return turns[at_turn]
+    last = await conn.fetchval("SELECT max(seq) FROM messages WHERE run_id = $1", run_id)
+    if last is None:  # the run never wrote a message: its input becomes the fork's
+        raise ValueError(f"run {run_id} has no history yet; enqueue a new run instead")
+    return int(last) + 1
+
+
+async def _add_input(
+    conn: asyncpg.Connection,
+    session: str,
+    run_id: str,
+    copied: list[Any],
+    text: str | None,
+) -> None:
+    """The user's new message: after the tool results of the last turn (in the same
+    user message, results first), else a message of its own. Without one, the history
+    must end where the model has something to answer."""
+    last = max(copied, key=lambda r: r["seq"]) if copied else None
+    if text is None:
+        if last is None or (last["role"] == "assistant" and not _tool_names(last["content"])):
+            raise Conflict("the history ends with the model's final answer; give --input")
+        return
+    block = json.dumps([{"type": "text", "text": text}])
+    if last is not None and last["role"] == "user":
+        await conn.execute(_APPEND_TO_LAST, session, last["seq"], block)
+    else:
+        seq = (last["seq"] if last is not None else 0) + 1
+        await conn.execute(_APPEND_NEW, session, seq, run_id, block)
