@@ -36,6 +36,7 @@ class ErrorType(StrEnum):
     MAX_TURNS = "max_turns"
     MAX_INPUT_TOKENS = "max_input_tokens"
     MAX_OUTPUT_TOKENS = "max_output_tokens"
+    MAX_COST_USD = "max_cost_usd"
     MAX_TOOL_CALLS = "max_tool_calls"
     TOOL_CALL_LIMIT = "tool_call_limit"
     DEADLINE = "deadline"
@@ -116,6 +117,7 @@ class RunLimit(StrEnum):
     MAX_TURNS = "max_turns"
     MAX_INPUT_TOKENS = "max_input_tokens"  # input + cache read + cache write, whole run
     MAX_OUTPUT_TOKENS = "max_output_tokens"
+    MAX_COST_USD = "max_cost_usd"  # the run's cost at the model's prices
     MAX_TOOL_CALLS = "max_tool_calls"
     TOOL_CALL_LIMIT = "tool_call_limit"  # a call of a tool over its own limit was refused
     DEADLINE = "deadline"  # wall clock: max_duration_s after the run started, or a deadline

@@ -279,3 +279,31 @@ async def test_usage_adds_up_across_attempts_and_bad_usage_fails_only_its_run(
     failed = await details(pool, broken)
     assert failed["error"]["type"] == "invalid_state"
     assert "runs.usage" in failed["error"]["message"]
+
+
+def priced(**config: Any) -> Any:
+    from hango_worker.agent.spec import AgentConfig, AgentSpec
+
+    return AgentSpec(
+        id="agent-1",
+        name="tester",
+        model="claude-sonnet-4-6",  # $3 / $15 per million input / output tokens
+        tools=["echo"],
+        config=AgentConfig(**config),
+    )
+
+
+async def test_a_cost_budget_winds_up_while_the_answer_still_fits() -> None:
+    tool, calls = recording_tool()
+    provider = scripted(*_costly(inp=1000, out=100))  # $0.0045 a call
+    outcome, _, _ = await run_agent(priced(max_cost_usd=0.02), provider, tools=[tool])
+    # after 3 calls $0.0135: the next call and the answer would pass $0.02; one more fits
+    assert (outcome.status, outcome.limit, provider.calls) == ("succeeded", "max_cost_usd", 4)
+    assert len(calls) == 3 and outcome.cost_usd == pytest.approx(0.018)
+
+
+async def test_a_cost_budget_without_a_price_fails_before_any_call() -> None:
+    provider = scripted(*_costly())
+    outcome, _, _ = await run_agent(agent(tools=["echo"], max_cost_usd=1.0), provider)
+    assert (outcome.status, outcome.limit, provider.calls) == ("failed", "max_cost_usd", 0)
+    assert outcome.error is not None and "has no price" in outcome.error["message"]

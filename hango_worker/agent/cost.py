@@ -39,12 +39,13 @@ class RunCost:
         """Start from what earlier attempts cost (None: unknown, and so is the total)."""
         self._before = None if before is None or self._before is None else self._before + before
 
-    def add(self, usage: Usage) -> None:
+    def add(self, usage: Usage) -> float:
+        """Price one response; returns its cost (0.0 when the model has no price)."""
         if self.price is not None:
             cost = self.price.cost(usage)
             self._usd += cost
             metrics.MODEL_COST.labels(self.model).inc(cost)
-            return
+            return cost
         if self._usd == 0.0:  # once per attempt
             self._usd = -1.0
             metrics.MODEL_PRICE_UNKNOWN.labels(self.model).inc()
@@ -56,3 +57,4 @@ class RunCost:
                     "(add it to HANGO_MODEL_PRICES)",
                     self.model,
                 )
+        return 0.0

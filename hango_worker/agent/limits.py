@@ -46,6 +46,7 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_input_tokens: int | None = Field(default=None, ge=1)
     max_output_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
     max_tool_calls: int | None = Field(default=None, ge=0)
     tool_call_limits: dict[str, int] = Field(default_factory=dict)
     max_duration_s: float | None = Field(default=None, gt=0)
@@ -105,10 +106,13 @@ class Reached:
 @dataclass(slots=True)
 class NextCall:
     """What the next call is projected to cost: the last request's input tokens (a lower
-    bound for the next, which only grows) and the request's max_tokens."""
+    bound for the next, which only grows), the request's max_tokens, and the last
+    call's cost in USD. `spent_usd`: the run's cost so far (None: unknown, no price)."""
 
     input_tokens: int = 0
     max_tokens: int = 0
+    cost_usd: float = 0.0
+    spent_usd: float | None = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +133,7 @@ class Limits:
         """The first limit reached before the next model call, or None."""
         if self.deadline is not None and now >= self.deadline:
             return Reached(RunLimit.DEADLINE, "the run's wall-clock deadline passed")
-        for hit in (self._tokens(usage, next_call), self._tools(counts)):
+        for hit in (self._tokens(usage, next_call), self._cost(next_call), self._tools(counts)):
             if hit is not None:
                 return hit
         if turns_done >= self.max_turns:
@@ -146,6 +150,20 @@ class Limits:
         ):
             if cap is not None and used + 2 * one > cap:
                 return Reached(limit, f"{used} of {cap} tokens used", room=used + one <= cap)
+        return None
+
+    def _cost(self, nxt: NextCall) -> Reached | None:
+        cap = self.budget.max_cost_usd
+        if cap is None:
+            return None
+        if nxt.spent_usd is None:  # a budget in dollars needs a price: never guess
+            why = "its model has no price, so its cost cannot be bounded; see HANGO_MODEL_PRICES"
+            return Reached(RunLimit.MAX_COST_USD, why, room=False)
+        spent, one = nxt.spent_usd, nxt.cost_usd
+        if spent + 2 * one > cap:
+            return Reached(
+                RunLimit.MAX_COST_USD, f"${spent:.4f} of ${cap}", room=spent + one <= cap
+            )
         return None
 
     def _tools(self, counts: ToolCounts | None) -> Reached | None:

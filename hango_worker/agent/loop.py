@@ -159,6 +159,7 @@ class AgentLoop(ToolBatches):
         self._last_state = json.dumps(dump_state(state), ensure_ascii=False, separators=(",", ":"))
         self._usage.add(info.usage)
         self._cost.carry(info.cost_before)
+        self._next.spent_usd = self._cost.usd
         last = state.messages[persisted - 1] if persisted else None
         try:
             await self._resume_pending(state, info.recorded, info.not_started, info.turns_done)
@@ -275,7 +276,8 @@ class AgentLoop(ToolBatches):
         )
         resp = await self.chain.model_call(req, self._base_model_handler)
         self._usage.add(resp.usage)
-        self._cost.add(resp.usage)
+        self._next.cost_usd = self._cost.add(resp.usage)
+        self._next.spent_usd = self._cost.usd
         self._done += 1
         u = resp.usage
         self._next.input_tokens = (
