@@ -91,20 +91,26 @@ async def test_an_approved_call_runs_exactly_once_across_kill_9(
     await asyncio.wait_for(a.wait(), 60)
     assert await status(pool, run_id) == "waiting"
     await decisions.decide(pool, T, run_id, Decision.APPROVE)
-    b = await start_worker(env)
+    if when == "right_after_approval":
+        # a worker claims the approved run and dies at once, before it starts the call:
+        # its lease runs out and the next worker must run the call (once)
+        await pool.execute(
+            "UPDATE runs SET status = 'running', attempt = attempt + 1, lease_owner = 'dead', "
+            "lease_expires_at = now() + interval '1 second' WHERE id = $1",
+            run_id,
+        )
+        b = await start_worker(env)  # B sees nothing to claim until the lease expires
+    else:
+        b = await start_worker(env)
     try:
         async with asyncio.timeout(60):
-            while True:
-                started = await executions(pool, "pause")
-                if when == "right_after_approval" and await status(pool, run_id) == "running":
-                    break
-                if started:
-                    break
+            while when == "mid_execution" and not await executions(pool, "pause"):
                 await asyncio.sleep(0.01)
     finally:
-        b.kill()
-        await b.wait()
-    c = await start_worker(env)
+        if when == "mid_execution":
+            b.kill()
+            await b.wait()
+    c = await start_worker(env) if when == "mid_execution" else b
     try:
         (row,) = await wait_all_finished(pool, [run_id], timeout=180)
     finally:
@@ -120,11 +126,12 @@ async def test_an_approved_call_runs_exactly_once_across_kill_9(
         for block in content
         if block.get("tool_use_id") == "toolu_p"
     ]
-    assert when == "right_after_approval" or ran[0]["pid"] == b.pid
-    if ran[0]["pid"] == b.pid:  # killed while it ran: its outcome is unknown
-        assert result["content"] == INTERRUPTED
-    else:
+    if when == "mid_execution":  # killed while it ran: its outcome is unknown
+        assert ran[0]["pid"] == b.pid and result["content"] == INTERRUPTED
+    else:  # the worker that died had not started it: the next one ran it
         assert result["content"] == "paused"
+        attempts = await pool.fetchval("SELECT attempt FROM runs WHERE id = $1", run_id)
+        assert attempts == 3  # suspended, the dead claim, the one that ran it
 
 
 async def test_200_waiting_runs_hold_no_slot_and_the_worker_serves_others(

@@ -6,8 +6,9 @@ Each call goes through `Chain.tool_call` and its result is recorded as soon as i
 completes (docs/design.md §5.4). A call a middleware suspends (`SuspendRun`, e.g.
 an approval) ends the attempt: the calls of the batch not started yet are kept in
 the waiting record, and the attempt that resumes the run starts exactly those —
-each marked started first (`RunIO.mark_started`), so a crash while one runs makes
-it "interrupted", never executed twice.
+each marked started (`RunIO.mark_started`) by the base tool handler, right before
+the tool itself runs, so a crash while one runs makes it "interrupted", never
+executed twice, and a crash before it started leaves it to the next attempt.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class ToolBatches:
     _limits: Limits
     _counts: ToolCounts | None
     _base_tool_handler: ToolHandler
+    _to_mark: set[str]  # calls to mark started just before their tool runs
 
     async def _tool_batch(self, state: State, uses: list[ToolUseBlock], stop: StopReason) -> None:
         results = []
@@ -208,8 +210,8 @@ class ToolBatches:
             tool = self._tools.get(call.name)
             start = call.id in not_started and not cancelling
             if start or (tool is not None and tool.idempotent and not cancelling):
-                if start:
-                    await self.io.mark_started(call.id)
+                if start:  # marked started right before the tool runs (_base_tool)
+                    self._to_mark.add(call.id)
                 with turn_span("resume tool batch", {"hango.turn.index": turn}):
                     try:
                         result = self._over_limit(state, call) or await self._one_tool(state, call)

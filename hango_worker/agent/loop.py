@@ -123,6 +123,7 @@ class AgentLoop(ToolBatches):
         self._limits = Limits(st.max_turns, st.on_limit, st.budget, st.deadline)
         self._next = NextCall(max_tokens=agent.config.max_tokens)
         self._counts: ToolCounts | None = None
+        self._to_mark: set[str] = set()
         self._done = 0  # model turns completed by this run (all attempts)
         self._states: list[tuple[int, str]] = []  # (turn, state at its end, as JSON)
         self._last_state: str | None = None
@@ -367,4 +368,7 @@ class AgentLoop(ToolBatches):
         if tool is None:
             known = ", ".join(self._tools) or "none"
             return ToolResult.error(f"unknown tool '{req.call.name}' (available: {known})")
+        if req.call.id in self._to_mark:  # resumed after a wait: never run it twice
+            self._to_mark.discard(req.call.id)
+            await self.io.mark_started(req.call.id)
         return await tool.invoke(req.call.input, req.context)
