@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hango_worker.agent.middleware import Middleware
+from hango_worker.agent.mw_memory import MemoryBinding
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentConfig, AgentSpec
 from hango_worker.agent.stack import StackConfig, default_stack
@@ -59,9 +60,13 @@ def cache_script(turns: int) -> list[dict[str, Any]]:
     return [*calls, {"text": "done"}]
 
 
-def cache_stack(agent: AgentSpec, *, cache: bool = True) -> list[Middleware | None]:
-    """default_stack for `agent`; with `cache=False`, its PromptCache slot left out."""
-    stack = default_stack(StackConfig(tuple(agent.tools), 3, cache_ttl=agent.config.cache_ttl))
+def cache_stack(
+    agent: AgentSpec, *, cache: bool = True, memory: MemoryBinding | None = None
+) -> list[Middleware | None]:
+    """default_stack for `agent`; with `cache=False`, its PromptCache slot left out;
+    `memory`: the store and scope for an agent that lists the memory tool."""
+    cfg = StackConfig(tuple(agent.tools), 3, memory=memory, cache_ttl=agent.config.cache_ttl)
+    stack = default_stack(cfg)
     if not cache:
         stack[PROMPT_CACHE_SLOT] = None
     return stack

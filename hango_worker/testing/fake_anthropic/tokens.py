@@ -65,7 +65,8 @@ def segments(body: dict[str, Any]) -> list[tuple[str, int, Any]]:
     for tool in body.get("tools") or []:
         if isinstance(tool, dict):
             raw = _canonical(tool)
-            out.append(("tool" + raw, _ceil_tokens(len(raw)) + TOOL_OVERHEAD_TOKENS, None))
+            n = _ceil_tokens(len(raw)) + TOOL_OVERHEAD_TOKENS
+            out.append(("tool" + raw, n, tool.get("cache_control")))
     system = body.get("system")
     blocks = [{"type": "text", "text": system}] if isinstance(system, str) else system
     for b in blocks if isinstance(blocks, list) else []:
