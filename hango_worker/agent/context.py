@@ -82,8 +82,23 @@ def messages_chars(msgs: Sequence[Message]) -> int:
     return sum(message_chars(m) for m in msgs)
 
 
+# A tool's definition is fixed for the life of the process (the registry's tools and
+# the ones middlewares provide are built once), so its size is measured once, not on
+# every run's first call: keyed by name and the identity of its description and schema.
+_TOOL_CHARS: dict[tuple[str, int, int], int] = {}
+
+
 def tools_chars(tools: Sequence[ToolSpec]) -> int:
-    return sum(len(json.dumps(t.to_dict(), separators=(",", ":"))) for t in tools)
+    total = 0
+    for t in tools:
+        key = (t.name, id(t.description), id(t.input_schema))
+        n = _TOOL_CHARS.get(key)
+        if n is None:
+            if len(_TOOL_CHARS) > 4096:  # tools made per run (a plugin's): stay bounded
+                _TOOL_CHARS.clear()
+            n = _TOOL_CHARS[key] = len(json.dumps(t.to_dict(), separators=(",", ":")))
+        total += n
+    return total
 
 
 def system_chars(blocks: Sequence[TextBlock]) -> int:
