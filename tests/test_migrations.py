@@ -67,6 +67,10 @@ async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restore
     empty_dsn: str,
 ) -> None:
     await migrate.upgrade(empty_dsn, "head")
+    assert "skills" in await _tables(empty_dsn) and "depth" in await _columns(empty_dsn, "runs")
+    await migrate.downgrade(empty_dsn, "0007_run_states")
+    assert "skills" not in await _tables(empty_dsn)
+    assert "parent_run_id" not in await _columns(empty_dsn, "runs")
     assert "run_states" in await _tables(empty_dsn)
     await migrate.downgrade(empty_dsn, "0006_waiting")
     assert "run_states" not in await _tables(empty_dsn)

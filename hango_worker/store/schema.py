@@ -100,6 +100,11 @@ runs = Table(
     Column("waiting_for", JSONB),
     Column("waiting_since", DateTime(timezone=True)),
     Column("waiting_until", DateTime(timezone=True)),
+    # a child run (a subagent): its parent and the parent's `task` call; depth 0 for
+    # a run a producer enqueued
+    Column("parent_run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="SET NULL")),
+    Column("parent_tool_use_id", Text),
+    Column("depth", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(
         "status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + ")",
         name="runs_status_check",
@@ -107,6 +112,13 @@ runs = Table(
     Index("runs_queued_idx", "created_at", postgresql_where=text("status = 'queued'")),
     Index("runs_lease_idx", "lease_expires_at", postgresql_where=text("status = 'running'")),
     Index("runs_session_idx", "session_id"),
+    Index(
+        "runs_parent_call_idx",
+        "parent_run_id",
+        "parent_tool_use_id",
+        unique=True,
+        postgresql_where=text("parent_run_id IS NOT NULL"),
+    ),
     Index("runs_waiting_idx", "waiting_until", postgresql_where=text("status = 'waiting'")),
     Index("runs_tenant_created_idx", "tenant_id", "created_at"),
     Index(
@@ -242,5 +254,19 @@ run_states = Table(
     ),
     Column("turn", Integer, primary_key=True),
     Column("state_json", JSONB, nullable=False),
+    _now(),
+)
+
+# Agent Skills registered per tenant (`hango-worker skills add PATH`): SKILL.md's front
+# matter (name, description) and body, its other files; a new add is a new version.
+skills = Table(
+    "skills",
+    metadata,
+    Column("tenant_id", UUID(as_uuid=False), ForeignKey("tenants.id"), primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("description", Text, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("files", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     _now(),
 )
