@@ -139,6 +139,10 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
     if run.get("error"):
         err = run["error"]
         p.line(p(f"error {safe(err.get('type'))}: {safe(err.get('message'))}", RED))
+    if run.get("parent_run_id"):
+        p.line(p(f"subagent of run {run['parent_run_id']} (depth {run.get('depth')})", DIM))
+    for c in run.get("children") or []:
+        p.line(f"child {c['id']}  {c['status']}  (task {safe(c['parent_tool_use_id'])})")
     p.line(p("— transcript —", DIM))
     for m in run.get("transcript", []):
         for b in m["content"]:

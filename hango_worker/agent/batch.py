@@ -19,12 +19,12 @@ from typing import Any, NoReturn
 from hango_worker.agent.calls import RunCancelled, until_cancelled
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import Limits, ToolCounts
-from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
+from hango_worker.agent.middleware import AwaitChild, SuspendRun, ToolCallRequest, ToolHandler
 from hango_worker.agent.ports import Event, RunIO
 from hango_worker.agent.state import State, load_private, store_private
 from hango_worker.provider.sanitize import record_sanitized
 from hango_worker.provider.types import Message, StopReason, ToolUseBlock
-from hango_worker.telemetry import genai
+from hango_worker.telemetry import genai, metrics
 from hango_worker.telemetry.tracing import turn_span
 from hango_worker.tool.registry import View
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
@@ -53,25 +53,39 @@ class ToolBatches:
     async def _tool_batch(self, state: State, uses: list[ToolUseBlock], stop: StopReason) -> None:
         results = []
         seen: set[str] = set()
+        children: list[str] = []  # calls whose child runs are still running
         for i, call in enumerate(uses):
             result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
             if result is None:
                 try:
                     result = self._over_limit(state, call) or await self._one_tool(state, call)
+                except AwaitChild:
+                    seen.add(call.id)
+                    children.append(call.id)
+                    continue
                 except SuspendRun as s:
-                    await self._suspend(state, uses[i:], seen, s)
+                    await self._suspend(state, uses[i:], seen, s, children)
             seen.add(call.id)
             await self.io.record_tool_result(state, call, result, self._tool_event(call, result))
             results.append(result.to_block(call.id))
+        if children:
+            metrics.RUNS_SUSPENDED.labels("children").inc()
+            raise Waiting({"reason": "children", "not_started": children})
         state.messages.append(Message("user", list(results)))
         state.scratch.clear()
 
     async def _suspend(
-        self, state: State, rest: Sequence[ToolUseBlock], seen: set[str], s: SuspendRun
+        self,
+        state: State,
+        rest: Sequence[ToolUseBlock],
+        seen: set[str],
+        s: SuspendRun,
+        children: Sequence[str] = (),
     ) -> NoReturn:
         """Stop the batch at `rest[0]`: answer now the later calls that could never run
-        (bad arguments), and raise Waiting with the calls not started (in order)."""
-        not_started = [rest[0].id]
+        (bad arguments), and raise Waiting with the calls not started (in order; the
+        `task` calls whose children still run come first)."""
+        not_started = [*children, rest[0].id]
         ids = {*seen, rest[0].id}
         for call in rest[1:]:
             if call.id in ids:
@@ -146,7 +160,8 @@ class ToolBatches:
                 )
             except SuspendRun as s:  # not an error: the call waits for a person
                 suspended = s
-                span.add_event("hitl.suspended", {"hango.wait.reason": s.reason})
+                event = "subagent.waiting" if isinstance(s, AwaitChild) else "hitl.suspended"
+                span.add_event(event, {"hango.wait.reason": s.reason})
             else:
                 self._end_tool_span(span, call, tool, result)
         if suspended is not None:
@@ -199,6 +214,7 @@ class ToolBatches:
         cancelling = self.io.stop_requested() == "cancel"
         blocks = []
         seen: set[str] = set()
+        children: list[str] = []  # calls whose child runs are still running
         for i, call in enumerate(uses):
             if call.id in seen:
                 blocks.append(_duplicate_id(call).to_block(call.id))
@@ -215,13 +231,20 @@ class ToolBatches:
                 with turn_span("resume tool batch", {"hango.turn.index": turn}):
                     try:
                         result = self._over_limit(state, call) or await self._one_tool(state, call)
+                    except AwaitChild:
+                        children.append(call.id)
+                        seen.add(call.id)
+                        continue
                     except SuspendRun as s:
-                        await self._suspend(state, uses[i:], seen, s)
+                        await self._suspend(state, uses[i:], seen, s, children)
                 await self.io.record_tool_result(
                     state, call, result, self._tool_event(call, result)
                 )
                 blocks.append(result.to_block(call.id))
             seen.add(call.id)
+        if children:
+            metrics.RUNS_SUSPENDED.labels("children").inc()
+            raise Waiting({"reason": "children", "not_started": children})
         if blocks:
             state.messages.append(Message("user", list(blocks)))
 

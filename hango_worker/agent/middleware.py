@@ -94,6 +94,16 @@ class SuspendRun(Exception):
         self.detail = detail or {}
 
 
+class AwaitChild(SuspendRun):
+    """Raised by the Subagent middleware for a `task` call whose child run is queued or
+    running: unlike other suspensions the batch goes on (several children run at
+    once), and the run waits for all of them at the end of the batch."""
+
+    def __init__(self, child_run_id: str) -> None:
+        super().__init__("children", {"child_run_id": child_run_id})
+        self.child_run_id = child_run_id
+
+
 ModelHandler = Callable[[ModelRequest], Awaitable[ModelResponse]]
 ToolHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
 

@@ -173,3 +173,25 @@ class MemoryStore(Protocol):
     async def delete(
         self, scope: MemoryScope, path: str, expected: int, by: WriteContext
     ) -> MemoryWrite: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRun:
+    """A `task` call's child run as the parent sees it."""
+
+    id: str
+    status: str
+    answer: str = ""  # the child's final text, once it succeeded
+    error: dict[str, Any] | None = None
+
+
+class ChildRuns(Protocol):
+    """The parent's view of its child runs (subagents), keyed by the `task` call that
+    made each. `spawn` is fenced by the parent's lease and idempotent per call: a
+    parent that calls again after a crash gets the child it already has."""
+
+    async def child(self, tool_use_id: str) -> ChildRun | None: ...
+
+    async def spawn(
+        self, tool_use_id: str, agent: str | None, text: str, trace_parent: str | None
+    ) -> ChildRun: ...

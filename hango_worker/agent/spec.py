@@ -26,6 +26,10 @@ class AgentConfig(Budget):
     approvals: list[ApprovalRule] = Field(default_factory=list)
     approval_timeout_s: float | None = Field(default=None, gt=0, le=90 * 86400)
     on_approval_timeout: Literal["reject", "fail"] = "reject"
+    # agents this one may delegate to with `task` (besides "general": itself), and how
+    # deep subagents may nest (agent/mw_subagent.py)
+    subagents: list[str] = Field(default_factory=list)
+    max_depth: int | None = Field(default=None, ge=1, le=10)
     # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
     offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
     # whose long-term memory the `memory` tool edits: the agent's (shared by all its

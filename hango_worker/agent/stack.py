@@ -20,15 +20,17 @@ from hango_worker.agent.mw_memory import Memory, MemoryBinding
 from hango_worker.agent.mw_prompt_cache import CacheTTL, PromptCache
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
+from hango_worker.agent.mw_subagent import DEFAULT_MAX_DEPTH, Subagent
+from hango_worker.agent.mw_subagent import TOOL_NAME as TASK_TOOL
 from hango_worker.agent.mw_summarize import Summarization
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
-from hango_worker.agent.ports import FileStore
+from hango_worker.agent.ports import ChildRuns, FileStore
 from hango_worker.agent.spec import AgentSpec
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
 # tools the stack's middlewares offer (each only to agents that list it)
-PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL, ASK_USER)
+PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL, ASK_USER, TASK_TOOL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,11 @@ class StackConfig:
     decisions: Mapping[str, DecisionRecord] = field(default_factory=dict)
     approval_timeout_s: float | None = None
     on_approval_timeout: Literal["reject", "fail"] = "reject"
+    # the run's child runs (subagents), its depth, the agents it may delegate to
+    children: ChildRuns | None = None
+    depth: int = 0
+    subagents: tuple[str, ...] = ()
+    max_depth: int = DEFAULT_MAX_DEPTH
 
     @classmethod
     def for_agent(
@@ -56,6 +63,8 @@ class StackConfig:
         repeat_call_threshold: int,
         memory: MemoryBinding | None = None,
         decisions: Mapping[str, DecisionRecord] | None = None,
+        children: ChildRuns | None = None,
+        depth: int = 0,
     ) -> StackConfig:
         """The agent's configuration over the worker's defaults; `decisions`: a person's,
         for a run resumed after waiting."""
@@ -72,6 +81,10 @@ class StackConfig:
             decisions=decisions or {},
             approval_timeout_s=c.approval_timeout_s,
             on_approval_timeout=c.on_approval_timeout,
+            children=children,
+            depth=depth,
+            subagents=tuple(c.subagents),
+            max_depth=c.max_depth or DEFAULT_MAX_DEPTH,
         )
 
 
@@ -84,6 +97,13 @@ def _memory(cfg: StackConfig) -> Memory | None:
     return Memory(cfg.memory)
 
 
+def _subagent(cfg: StackConfig) -> Subagent | None:
+    """Subagent only for agents that list its `task` tool."""
+    if TASK_TOOL not in cfg.allowlist:
+        return None
+    return Subagent(cfg.children, cfg.subagents, cfg.depth, cfg.max_depth)
+
+
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
     return [
         # Skills: outermost, so skill instructions frame every later block and tool.
@@ -92,7 +112,7 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         # Filesystem: before summarization, which must see results already offloaded to files.
         Filesystem(cfg.files, cfg.offload_threshold_bytes),
         # Subagent: delegation sees the filesystem tools but not the parent's summaries.
-        None,
+        _subagent(cfg),
         # Summarization: after filesystem, so it compacts what is left in the context.
         Summarization(cfg.compaction),
         # RepairToolCalls: before anything reads history, so all later hooks see a valid one.

@@ -20,7 +20,7 @@ from hango_worker.cli.inputs import check_tools, read_input
 from hango_worker.cli.show import JsonLines, showable
 from hango_worker.config import Settings
 from hango_worker.render import LiveView, Painter, print_run, safe
-from hango_worker.store import db, migrate, repo
+from hango_worker.store import db, memories, migrate, repo
 
 
 def database(settings: Settings) -> AbstractAsyncContextManager[str]:
@@ -229,7 +229,7 @@ async def cmd_runs_watch(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_memory_ls(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        files = await repo.list_memories(
+        files = await memories.list_memories(
             pool,
             repo.DEFAULT_TENANT_ID,
             agent=a.agent,
@@ -253,7 +253,7 @@ async def cmd_memory_ls(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_memory_show(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        f = await repo.get_memory(
+        f = await memories.get_memory(
             pool,
             repo.DEFAULT_TENANT_ID,
             agent=a.agent,
@@ -270,7 +270,7 @@ async def cmd_memory_show(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_memory_rm(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        version = await repo.delete_memory(
+        version = await memories.delete_memory(
             pool,
             repo.DEFAULT_TENANT_ID,
             agent=a.agent,

@@ -93,3 +93,17 @@ async def cmd_runs_history(s: Settings, a: argparse.Namespace) -> int:
         changed = "  state changed" if t["state_changed"] else ""
         print(f"{t['turn']:>4}  {t['at']}  {tools}{changed}")
     return exits.OK
+
+
+async def cmd_runs_tree(s: Settings, a: argparse.Namespace) -> int:
+    from hango_worker.store import fork
+
+    async with pool_for(s) as (_, pool):
+        rows = await fork.tree(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+    if a.json:
+        print(json.dumps(rows, default=str))
+        return exits.OK
+    for r in rows:
+        call = f"  (task {safe(r['parent_tool_use_id'])})" if r["parent_tool_use_id"] else ""
+        print(f"{'  ' * r['level']}{r['id']}  {r['status']:<9}  {safe(r['agent'])}{call}")
+    return exits.OK

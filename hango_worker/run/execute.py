@@ -326,7 +326,13 @@ def _build_loop(
     budget = merge(agent.config, over)
     obs = deps.observer
     cfg = StackConfig.for_agent(
-        agent, io, s.repeat_call_threshold, memory=memory, decisions=loaded.decisions
+        agent,
+        io,
+        s.repeat_call_threshold,
+        memory=memory,
+        decisions=loaded.decisions,
+        children=io,
+        depth=c.depth,
     )
     chain = Chain(default_stack(cfg))
     settings = LoopSettings(

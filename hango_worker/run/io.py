@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -14,7 +15,7 @@ from typing import Any, Literal, TypeVar
 import asyncpg
 from opentelemetry import trace
 
-from hango_worker.agent.ports import Event, Fenced, FileInfo, Outcome
+from hango_worker.agent.ports import ChildRun, Event, Fenced, FileInfo, Outcome
 from hango_worker.agent.state import FileWrite, State, dump_state
 from hango_worker.provider.types import Message, ToolUseBlock, Usage
 from hango_worker.store import sql
@@ -68,6 +69,8 @@ class Claim:
     usage: Usage = field(default_factory=Usage)  # used by earlier attempts
     cost_before: float | None = 0.0  # what they cost (None: unknown)
     waiting_for: dict[str, Any] | None = None  # set when resumed after a wait
+    depth: int = 0  # 0: enqueued by a producer; a child run is its parent's + 1
+    parent_run_id: str | None = None  # a child run (subagent): the run that made it
     # set when the row cannot be decoded: the run is failed with it at once
     invalid: dict[str, str] | None = None
 
@@ -86,6 +89,8 @@ class Claim:
             cancel_requested=bool(r["cancel_requested"]),
             queued_s=float(r["queued_s"] or 0.0),
             started_s=float(r["started_s"] or 0.0),
+            depth=int(r["depth"] or 0),
+            parent_run_id=r["parent_run_id"],
         )
         try:
             c.input = decode_json(r["input"], "runs.input")
@@ -98,6 +103,23 @@ class Claim:
         except ValueError as e:
             c.invalid = c.invalid or {"type": ErrorType.INVALID_STATE, "message": str(e)}
         return c
+
+
+def _child(row: Any) -> ChildRun:
+    """A child run's row as its parent sees it: its final text answer, or its error."""
+    answer = ""
+    try:
+        blocks = json.loads(row["last"]) if row["last"] else []
+        answer = "".join(
+            str(b.get("text", ""))
+            for b in blocks
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
+        error = json.loads(row["error"]) if row["error"] else None
+    except (ValueError, TypeError, AttributeError):
+        error = {"message": "the child run's record cannot be read"}
+    err = error if isinstance(error, dict) else None
+    return ChildRun(row["id"], row["status"], answer, err)
 
 
 def _decode_waiting(raw: str | None) -> dict[str, Any] | None:
@@ -284,12 +306,69 @@ class PgRunIO:
             [st for _, st in kept],
         )
         del state.file_writes[: len(writes)]
+        await self._wake_after(outcome)
         self._msg_seq += len(new_messages)
         for seq, m in zip(m_seq, new_messages, strict=True):
             if m.role == "assistant":
                 self.turn_seq = seq
         self._event_seq += len(events)
         self._published(e_seq, events)
+
+    # -- ChildRuns: the run's subagents -------------------------------------------------
+
+    async def _wake_after(self, outcome: Outcome | None) -> None:
+        """After the commit: a child run that ended may wake its parent; a parent that
+        starts waiting for children that all ended already wakes itself (sql.WAKE_PARENT)."""
+        if outcome is None:
+            return
+        target = None
+        if outcome.status in ("succeeded", "failed", "cancelled"):
+            target = self.claim.parent_run_id
+        elif outcome.status == "waiting" and (outcome.waiting or {}).get("reason") == "children":
+            target = self.claim.run_id
+        if target is not None:
+            with contextlib.suppress(*CONNECTION_ERRORS):  # the sweep wakes it otherwise
+                await self.pool.fetchrow(sql.WAKE_PARENT, target)
+
+    async def child(self, tool_use_id: str) -> ChildRun | None:
+        async def once() -> Any:
+            return await self.pool.fetchrow(sql.CHILD_OF, self.claim.run_id, tool_use_id)
+
+        row = await with_reconnect(once, deadline_s=self.lease_s, what="task", pool=self.pool)
+        return None if row is None else _child(row)
+
+    async def spawn(
+        self, tool_use_id: str, agent: str | None, text: str, trace_parent: str | None
+    ) -> ChildRun:
+        """Queue the child run of call `tool_use_id` (fenced; a second spawn for the
+        same call returns the child it has)."""
+        if self.lost:
+            raise Fenced(self.claim.run_id)
+        args = (
+            *self._fence_args(),
+            agent,
+            str(uuid.uuid4()),
+            str(uuid.uuid4()),
+            _dumps({"text": text}),
+            tool_use_id,
+            trace_parent,
+        )
+        try:
+            row = await self.pool.fetchrow(sql.SPAWN_CHILD, *args)
+        except asyncpg.UniqueViolationError:  # spawned before (a crash, a retry)
+            found = await self.child(tool_use_id)
+            if found is None:
+                raise
+            return found
+        if int(row["fenced"]) == 0:
+            self.lost = True
+            raise Fenced(self.claim.run_id)
+        if int(row["agents"]) == 0:
+            why = f"there is no agent {agent!r} in this tenant to delegate to"
+            return ChildRun("", "failed", error={"message": why})
+        found = await self.child(tool_use_id)
+        assert found is not None
+        return found
 
     async def mark_started(self, tool_use_id: str) -> None:
         await self._fenced(sql.MARK_STARTED, *self._fence_args(), tool_use_id, self.lease_s)

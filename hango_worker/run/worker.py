@@ -296,7 +296,17 @@ class Worker:
             metrics.QUEUE_OLDEST_AGE.set(stats["oldest_age_s"])
             metrics.RUNS_WAITING.set(stats["waiting"])
             metrics.WAITING_OLDEST.set(stats["waiting_oldest_s"])
-        return len(rows) + await self._expire_waiting()
+        return len(rows) + await self._expire_waiting() + await self._wake_parents()
+
+    async def _wake_parents(self) -> int:
+        """Parents waiting for child runs none of which still runs: back to the queue
+        (the fallback for a wake-up two children ending at once both missed)."""
+        try:
+            row = await self.deps.pool.fetchrow(sql.WAKE_PARENTS)
+        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as e:
+            log.warning("waking parents failed: %s", e)
+            return 0
+        return int(row["woken"]) if row is not None else 0
 
     async def _expire_waiting(self) -> int:
         """Waiting runs past their approval timeout: re-queued with the call rejected,

@@ -41,6 +41,8 @@ FROM run_events WHERE run_id = $1
 
 
 def _check(decision: Decision, reason: str, edited: Any, text: str | None) -> None:
+    if reason == "children":
+        raise Conflict("the run waits for its subagent runs, not for a person")
     if decision == Decision.ANSWER and reason != "question":
         raise Conflict("the run waits for an approval, not an answer: approve or reject it")
     if decision == Decision.APPROVE and reason != "approval":
@@ -74,6 +76,8 @@ async def decide(
             status = row["status"] if row is not None else "gone"
             raise Conflict(f"run {run_id} is {status}, not waiting for a decision")
         waiting = json.loads(row["waiting_for"] or "null")
+        if isinstance(waiting, dict) and waiting.get("reason") == "children":
+            raise Conflict(f"run {run_id} waits for its subagent runs, not for a person")
         call = waiting.get("call") if isinstance(waiting, dict) else None
         if not isinstance(call, dict) or not isinstance(call.get("tool_use_id"), str):
             raise Conflict(f"run {run_id}: its waiting record cannot be read; cancel it")

@@ -151,3 +151,35 @@ async def _add_input(
     else:
         seq = (last["seq"] if last is not None else 0) + 1
         await conn.execute(_APPEND_NEW, session, seq, run_id, block)
+
+
+_TREE = """
+WITH RECURSIVE tree AS (
+    SELECT r.id, r.parent_run_id, r.parent_tool_use_id, 0 AS level FROM runs r
+    WHERE r.id = $1 AND r.tenant_id = $2
+    UNION ALL
+    SELECT c.id, c.parent_run_id, c.parent_tool_use_id, t.level + 1 FROM runs c
+    JOIN tree t ON c.parent_run_id = t.id WHERE t.level < 20
+)
+SELECT t.id::text AS id, t.parent_run_id::text AS parent, t.level, t.parent_tool_use_id,
+    r.status, a.name AS agent, r.created_at
+FROM tree t JOIN runs r ON r.id = t.id JOIN agents a ON a.id = r.agent_id
+ORDER BY t.level, r.created_at
+"""
+
+
+async def tree(pool: asyncpg.Pool, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
+    """The run and its child runs (subagents), all the way down: level, status, agent,
+    and the `task` call that made each."""
+    await get_run(pool, tenant_id, run_id)
+    rows = [dict(r) for r in await pool.fetch(_TREE, run_id, tenant_id)]
+    kids: dict[str, list[dict[str, Any]]] = {}
+    for r in rows[1:]:
+        kids.setdefault(r["parent"], []).append(r)
+    out: list[dict[str, Any]] = []
+    stack = rows[:1]
+    while stack:  # depth first: each run, then its children in the order they were made
+        r = stack.pop()
+        out.append(r)
+        stack.extend(reversed(kids.get(r["id"], [])))
+    return out

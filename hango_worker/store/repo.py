@@ -248,7 +248,8 @@ RUN_COLUMNS = (
     "input::text AS input, state_json::text AS state_json, "
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
     "started_at, finished_at, limit_reached, waiting_for::text AS waiting_for, "
-    "waiting_since, waiting_until"
+    "waiting_since, waiting_until, parent_run_id::text AS parent_run_id, parent_tool_use_id, "
+    "depth"
 )
 
 
@@ -291,6 +292,14 @@ async def run_details(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str
     events = await run_events(db, run_id, after=0)
     run["transcript"] = [{**m, "content": readable_json(m["content"])} for m in msgs]
     run["events"] = events
+    run["children"] = [
+        dict(r)
+        for r in await db.fetch(
+            "SELECT id::text, status, parent_tool_use_id FROM runs WHERE parent_run_id = $1 "
+            "ORDER BY created_at",
+            run_id,
+        )
+    ]
     return run
 
 
@@ -342,10 +351,38 @@ async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
     )
     if row is None:
         raise Conflict(f"run {run_id} has already finished; nothing to cancel")
+    await _cancel_children(db, run_id)
     await db.execute("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, run_id)
     if row["status"] == "cancelled":
         await db.execute("SELECT pg_notify($1, $2)", DONE_CHANNEL, run_id)
     return str(row["status"])
+
+
+# Every descendant of a run (its subagents, theirs…) that has not ended.
+_CANCEL_TREE = f"""
+WITH RECURSIVE tree AS (
+    SELECT id FROM runs WHERE parent_run_id = $1
+    UNION ALL SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id
+), now_ AS (
+    SELECT id, (status IN ('queued', 'waiting') OR {NO_LEASE}) AS at_once FROM runs
+    WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'running', 'waiting')
+)
+UPDATE runs r SET cancel_requested = NOT n.at_once,
+    status = CASE WHEN n.at_once THEN 'cancelled' ELSE r.status END,
+    finished_at = CASE WHEN n.at_once THEN now() ELSE r.finished_at END,
+    lease_owner = CASE WHEN n.at_once THEN NULL ELSE r.lease_owner END,
+    lease_expires_at = CASE WHEN n.at_once THEN NULL ELSE r.lease_expires_at END
+FROM now_ n WHERE r.id = n.id
+RETURNING r.id::text AS id, r.status
+"""
+
+
+async def _cancel_children(db: asyncpg.Pool, run_id: str) -> None:
+    """Cancelling a run cancels its child runs (subagents), all the way down: queued
+    and waiting ones at once, running ones at their next turn boundary."""
+    for r in await db.fetch(_CANCEL_TREE, run_id):
+        channel = DONE_CHANNEL if r["status"] == "cancelled" else CANCEL_CHANNEL
+        await db.execute("SELECT pg_notify($1, $2)", channel, r["id"])
 
 
 async def resume(db: asyncpg.Pool, tenant_id: str, run_id: str) -> None:
@@ -395,100 +432,3 @@ async def run_file(db: asyncpg.Pool, tenant_id: str, run_id: str, path: str) -> 
             f"run {run_id} has no file {path!r} (`hango-worker runs files {run_id}` lists them)"
         )
     return dict(row)
-
-
-# -- long-term memory, for operators (`hango-worker memory ls|show|rm`) ---------------------
-
-MEMORY_COLUMNS = (
-    "a.name AS agent, m.agent_id::text AS agent_id, m.scope, m.scope_key, m.path, m.size, "
-    "m.version, m.run_id::text AS run_id, m.tool_use_id, m.created_at, m.updated_at"
-)
-
-
-def _scope_of(session_id: str | None, key: str | None) -> tuple[str, str]:
-    """(scope, scope key): a session's memory, a caller key's, or else the agent's."""
-    if session_id is not None:
-        return "session", session_id
-    if key is not None:
-        return "key", key
-    return "agent", ""
-
-
-async def list_memories(
-    db: asyncpg.Pool,
-    tenant_id: str,
-    *,
-    agent: str | None = None,
-    session_id: str | None = None,
-    key: str | None = None,
-    limit: int = 1000,
-) -> list[dict[str, Any]]:
-    """Memory files of the tenant (no contents), optionally of one agent and one scope."""
-    agent_id = None if agent is None else (await find_agent(db, tenant_id, agent))["id"]
-    scoped = session_id is not None or key is not None
-    scope, scope_key = _scope_of(session_id, key) if scoped else (None, None)
-    rows = await db.fetch(
-        f"SELECT {MEMORY_COLUMNS} FROM memories m JOIN agents a ON a.id = m.agent_id "
-        "WHERE m.tenant_id = $1 AND ($2::uuid IS NULL OR m.agent_id = $2::uuid) "
-        "AND ($3::text IS NULL OR (m.scope = $3 AND m.scope_key = $4)) "
-        "ORDER BY a.name, m.scope, m.scope_key, m.path LIMIT $5",
-        tenant_id,
-        agent_id,
-        scope,
-        scope_key,
-        limit,
-    )
-    return [dict(r) for r in rows]
-
-
-async def get_memory(
-    db: asyncpg.Pool,
-    tenant_id: str,
-    *,
-    agent: str,
-    path: str,
-    session_id: str | None = None,
-    key: str | None = None,
-) -> dict[str, Any]:
-    a = await find_agent(db, tenant_id, agent)
-    scope, scope_key = _scope_of(session_id, key)
-    row = await db.fetchrow(
-        f"SELECT {MEMORY_COLUMNS}, m.content FROM memories m JOIN agents a ON a.id = m.agent_id "
-        "WHERE m.tenant_id = $1 AND m.agent_id = $2 AND m.scope = $3 AND m.scope_key = $4 "
-        "AND m.path = $5",
-        tenant_id,
-        a["id"],
-        scope,
-        scope_key,
-        path,
-    )
-    if row is None:
-        raise NotFound(f"no memory file {path} in the {scope} memory of agent {a['name']!r}")
-    return dict(row)
-
-
-async def delete_memory(
-    db: asyncpg.Pool,
-    tenant_id: str,
-    *,
-    agent: str,
-    path: str,
-    session_id: str | None = None,
-    key: str | None = None,
-) -> int:
-    """Delete one memory file; returns the version it had. A run that had viewed it
-    gets a conflict on its next edit of that file (it was deleted under it)."""
-    a = await find_agent(db, tenant_id, agent)
-    scope, scope_key = _scope_of(session_id, key)
-    version = await db.fetchval(
-        "DELETE FROM memories WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 "
-        "AND scope_key = $4 AND path = $5 RETURNING version",
-        tenant_id,
-        a["id"],
-        scope,
-        scope_key,
-        path,
-    )
-    if version is None:
-        raise NotFound(f"no memory file {path} in the {scope} memory of agent {a['name']!r}")
-    return int(version)

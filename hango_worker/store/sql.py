@@ -38,7 +38,7 @@ FROM picked WHERE runs.id = picked.id
 RETURNING runs.id::text, runs.tenant_id::text, runs.session_id::text, runs.agent_id::text,
     runs.input::text AS input, runs.state_json::text AS state_json, runs.attempt,
     runs.trace_parent, runs.cancel_requested, runs.usage::text AS usage,
-    runs.waiting_for::text AS waiting_for,
+    runs.waiting_for::text AS waiting_for, runs.depth, runs.parent_run_id::text AS parent_run_id,
     greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s,
     extract(epoch FROM runs.started_at)::float8 AS started_s
 """
@@ -310,6 +310,69 @@ SELECT u.id::text AS id, u.status, (SELECT count(*) FROM done) AS notified FROM 
 """
 
 NOTIFY = "SELECT pg_notify($1, $2)"
+
+# A `task` call's child run (a subagent), fenced by the parent's lease; one child per
+# call (runs_parent_call_idx: a second spawn for a call fails, and the caller reads the
+# child it has). The child's traceparent puts its spans in the parent's trace.
+SPAWN_CHILD = """
+WITH fence AS (
+    SELECT id, tenant_id, agent_id, depth FROM runs
+    WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
+), ag AS (
+    SELECT a.id FROM agents a, fence f
+    WHERE a.tenant_id = f.tenant_id AND (($4::text IS NULL AND a.id = f.agent_id) OR a.name = $4)
+), sess AS (
+    INSERT INTO sessions (id, tenant_id, agent_id)
+    SELECT $5, f.tenant_id, ag.id FROM fence f, ag
+    RETURNING id
+), child AS (
+    INSERT INTO runs (id, tenant_id, session_id, agent_id, input, parent_run_id,
+                      parent_tool_use_id, depth, trace_parent)
+    SELECT $6, f.tenant_id, s.id, ag.id, $7::text::jsonb, f.id, $8, f.depth + 1, $9
+    FROM fence f, ag, sess s
+    RETURNING id
+), wake AS (
+    SELECT pg_notify('hango_runs', c.id::text) FROM child c
+)
+SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM ag) AS agents,
+    (SELECT count(*) FROM child) AS created, (SELECT count(*) FROM wake) AS notified
+"""
+
+CHILD_OF = """
+SELECT r.id::text AS id, r.status, r.error::text AS error,
+    (SELECT m.content::text FROM messages m WHERE m.run_id = r.id AND m.role = 'assistant'
+     ORDER BY m.seq DESC LIMIT 1) AS last
+FROM runs r WHERE r.parent_run_id = $1 AND r.parent_tool_use_id = $2
+"""
+
+# After a child run's final checkpoint commits (and after a parent's own checkpoint
+# into waiting for children): the parent goes back to the queue once none of its
+# children still runs. Run after the commit, each in its own snapshot, so of two
+# children ending at once (or a child ending as its parent starts to wait) the later
+# statement sees both ends: no wake-up is lost.
+WAKE_PARENT = """
+WITH w AS (
+    UPDATE runs p SET status = 'queued', queued_at = now()
+    WHERE p.id = $1 AND p.status = 'waiting' AND p.waiting_for->>'reason' = 'children'
+      AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = p.id
+                      AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
+    RETURNING p.id
+), n AS (SELECT pg_notify('hango_runs', w.id::text) FROM w)
+SELECT (SELECT count(*) FROM w) AS woken, (SELECT count(*) FROM n) AS notified
+"""
+
+# The sweep's fallback for waking parents (two children ending at once may each see
+# the other still running): every parent waiting for children none of which runs.
+WAKE_PARENTS = """
+WITH w AS (
+    UPDATE runs p SET status = 'queued', queued_at = now()
+    WHERE p.status = 'waiting' AND p.waiting_for->>'reason' = 'children'
+      AND NOT EXISTS (SELECT 1 FROM runs c WHERE c.parent_run_id = p.id
+                      AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
+    RETURNING p.id
+), n AS (SELECT pg_notify('hango_runs', w.id::text) FROM w)
+SELECT (SELECT count(*) FROM w) AS woken, (SELECT count(*) FROM n) AS notified
+"""
 
 # -- long-term memory (agent/mw_memory.py; docs/design.md §12) -----------------------------
 # Every write is ONE statement: the run's fence (which also renews its lease, like

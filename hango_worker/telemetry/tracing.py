@@ -36,6 +36,15 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer(TRACER_NAME)
 
 
+def current_traceparent() -> str | None:
+    """The W3C traceparent of the current span (None outside a recording span): what a
+    child run is given so its spans join this trace."""
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
 def current_turn_span() -> Span:
     span = _turn_span.get()
     return span if span is not None else trace.get_current_span()
