@@ -190,3 +190,15 @@ async def test_the_suspended_call_span_is_not_an_error(spans: Any) -> None:
     assert echo.status.status_code.name == "UNSET"
     (turn,) = spans.named("turn 1")
     assert "hitl.suspended" in [e.name for e in turn.events]
+
+
+async def test_a_second_approval_in_the_resumed_batch_writes_no_history_again() -> None:
+    two = {"tool_calls": [call("echo", text="one"), call("echo", text="two")]}
+    _, state, io, tool, calls = await suspend(turns=(two, ANSWER))
+    first = {
+        "toolu_s0000_0": DecisionRecord(Decision.APPROVE, "echo", {"text": "one"}),
+    }
+    outcome, _, again, _ = await resume(state, io, tool, first)
+    assert outcome.status == "waiting" and calls == [{"text": "one"}]
+    assert outcome.waiting is not None and outcome.waiting["not_started"] == ["toolu_s0000_1"]
+    assert again.messages == []  # the stored history is not written a second time

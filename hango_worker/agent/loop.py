@@ -162,6 +162,9 @@ class AgentLoop(ToolBatches):
         self._cost.carry(info.cost_before)
         self._next.spent_usd = self._cost.usd
         last = state.messages[persisted - 1] if persisted else None
+        # what is stored already: a run that ends (waits, fails) before its first turn
+        # writes only what came after it, never the history again
+        self._watermark = persisted
         try:
             await self._resume_pending(state, info.recorded, info.not_started, info.turns_done)
             await self.chain.before_run(state)
