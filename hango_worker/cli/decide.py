@@ -105,5 +105,9 @@ async def cmd_runs_tree(s: Settings, a: argparse.Namespace) -> int:
         return exits.OK
     for r in rows:
         call = f"  (task {safe(r['parent_tool_use_id'])})" if r["parent_tool_use_id"] else ""
-        print(f"{'  ' * r['level']}{r['id']}  {r['status']:<9}  {safe(r['agent'])}{call}")
+        cost = f"  ${r['cost_usd']:.4f}" if r["cost_usd"] is not None else ""
+        print(f"{'  ' * r['level']}{r['id']}  {r['status']:<9}  {safe(r['agent'])}{cost}{call}")
+    costs = [r["cost_usd"] for r in rows]
+    if all(c is not None for c in costs):  # the tree's cost: each run's own, added up
+        print(f"total cost ${sum(c for c in costs if c is not None):.4f} ({len(rows)} runs)")
     return exits.OK

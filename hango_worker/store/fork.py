@@ -162,7 +162,9 @@ WITH RECURSIVE tree AS (
     JOIN tree t ON c.parent_run_id = t.id WHERE t.level < 20
 )
 SELECT t.id::text AS id, t.parent_run_id::text AS parent, t.level, t.parent_tool_use_id,
-    r.status, a.name AS agent, r.created_at
+    r.status, a.name AS agent, r.created_at,
+    CASE WHEN jsonb_typeof(r.usage->'cost_usd') = 'number'
+         THEN (r.usage->>'cost_usd')::float8 END AS cost_usd
 FROM tree t JOIN runs r ON r.id = t.id JOIN agents a ON a.id = r.agent_id
 ORDER BY t.level, r.created_at
 """
