@@ -123,3 +123,18 @@ async def test_kill_9_loses_no_child_and_runs_none_twice(
     assert sum(1 for r in results if r["content"][0].get("text") == "split it") == 1
     # a child's pause runs at most once per child (interrupted, never re-run)
     assert await pool.fetchval("SELECT count(*) FROM chaos_exec WHERE tool = 'pause'") <= 3
+
+
+async def test_children_run_on_both_workers_while_the_parent_holds_no_slot(
+    pool: asyncpg.Pool, dsn: str, tmp_path: Path
+) -> None:
+    env, parent = await setup(pool, dsn, tmp_path)
+    env["HANGO_WORKER_CONCURRENCY"] = "1"  # one slot each: a waiting parent must free it
+    await finish(pool, env, parent)
+    kids = await children(pool, parent)
+    workers = await pool.fetch(
+        "SELECT DISTINCT worker_id FROM run_events WHERE run_id = ANY($1::uuid[]) "
+        "AND type = 'run_started'",
+        [k["id"] for k in kids],
+    )
+    assert [k["status"] for k in kids] == ["succeeded"] * 3 and len(workers) == 2
