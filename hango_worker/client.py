@@ -183,7 +183,8 @@ class Client:
     async def wait(
         self, run_id: str, timeout_s: float = 300.0, poll_s: float = 5.0
     ) -> dict[str, Any]:
-        """Until the run has finished or waits for a person (status `waiting`): woken by
+        """Until the run has finished or waits for a person (status `waiting` for an
+        approval or an answer; a run waiting for its subagents is still working): woken by
         its `hango_done` notification; a slow
         poll (`poll_s`) is the fallback should a notification be missed."""
         done = asyncio.Event()
@@ -197,10 +198,17 @@ class Client:
             try:
                 while True:  # listening before the first read: no wake-up is lost
                     run = await repo.get_run(self.pool, self.tenant_id, run_id)
-                    if run["status"] in FINISHED or run["status"] == RunStatus.WAITING:
+                    if run["status"] in FINISHED or _waits_for_a_person(run):
                         return await self.get(run_id)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(done.wait(), poll_s)
                     done.clear()
             finally:
                 await conn.remove_listener(DONE_CHANNEL, on_done)
+
+
+def _waits_for_a_person(run: dict[str, Any]) -> bool:
+    """Waiting for an approval or an answer (not for its own subagent runs)."""
+    waiting = run.get("waiting_for")
+    reason = waiting.get("reason") if isinstance(waiting, dict) else None
+    return bool(run["status"] == RunStatus.WAITING and reason != "children")

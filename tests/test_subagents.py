@@ -225,3 +225,18 @@ async def test_a_person_cannot_decide_for_a_run_waiting_on_children(
         await decisions.decide(pool, T, parent, Decision.APPROVE)
     await worker
     assert (await details(pool, parent))["status"] == "succeeded"
+
+
+async def test_client_wait_returns_when_the_parent_ends_not_while_its_children_run(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    from hango_worker.client import Client
+
+    await agents(pool)
+    parent = await enqueue(pool, "go", agent="boss")
+    worker = asyncio.create_task(
+        run_until_idle(dsn, TreeModel(tasks("a", "b"), child_s=0.5), worker_concurrency=3)
+    )
+    run = await Client(pool).wait(parent, timeout_s=60, poll_s=0.2)
+    assert run["status"] == "succeeded"
+    await worker
