@@ -173,3 +173,26 @@ class MemoryStore(Protocol):
     async def delete(
         self, scope: MemoryScope, path: str, expected: int, by: WriteContext
     ) -> MemoryWrite: ...
+
+
+# -- Agent Skills (agent/mw_skills.py) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """One skill at one version: SKILL.md's front matter and body, its other files
+    ({relative path: text})."""
+
+    name: str
+    version: int
+    description: str
+    body: str
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class SkillStore(Protocol):
+    """Skills port (read only): run/skills.py on Postgres, testing/memory.py in memory."""
+
+    async def latest(self, tenant_id: str, names: list[str]) -> list[Skill]:
+        """The latest version of each named skill of the tenant (absent names left out)."""
+        ...

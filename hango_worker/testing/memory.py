@@ -27,6 +27,8 @@ from hango_worker.agent.ports import (
     MemoryStore,
     MemoryWrite,
     Outcome,
+    Skill,
+    SkillStore,
     WriteContext,
 )
 from hango_worker.agent.spec import AgentSpec
@@ -206,6 +208,28 @@ def make_state(
     )
 
 
+@dataclass(slots=True)
+class InMemorySkillStore:
+    """The skills port in memory: (tenant, name) → versions, oldest first."""
+
+    skills: dict[tuple[str, str], list[Skill]] = field(default_factory=dict)
+
+    def add(
+        self,
+        tenant_id: str,
+        name: str,
+        description: str,
+        body: str,
+        files: dict[str, str] | None = None,
+    ) -> int:
+        versions = self.skills.setdefault((tenant_id, name), [])
+        versions.append(Skill(name, len(versions) + 1, description, body, dict(files or {})))
+        return len(versions)
+
+    async def latest(self, tenant_id: str, names: list[str]) -> list[Skill]:
+        return [self.skills[(tenant_id, n)][-1] for n in names if (tenant_id, n) in self.skills]
+
+
 async def run_agent(
     agent: AgentSpec,
     provider: Provider,
@@ -222,6 +246,7 @@ async def run_agent(
     memory: MemoryStore | None = None,
     memory_key: str | None = None,
     decisions: Mapping[str, DecisionRecord] | None = None,
+    skills: SkillStore | None = None,
 ) -> tuple[Outcome, State, MemoryRunIO]:
     """Drive one run attempt in memory. `stack=None` → the default stack for the agent
     (an agent listing the memory tool gets `memory`, or a fresh in-memory store);
@@ -247,7 +272,14 @@ async def run_agent(
             )
             binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
         stack = default_stack(
-            StackConfig.for_agent(agent, io, 3, memory=binding, decisions=decisions)
+            StackConfig.for_agent(
+                agent,
+                io,
+                3,
+                memory=binding,
+                decisions=decisions,
+                skills=skills or InMemorySkillStore(),
+            )
         )
     settings = LoopSettings(
         max_turns=max_turns,
