@@ -230,6 +230,33 @@ class InMemorySkillStore:
         return [self.skills[(tenant_id, n)][-1] for n in names if (tenant_id, n) in self.skills]
 
 
+def _default_stack(
+    agent: AgentSpec,
+    state: State,
+    io: MemoryRunIO,
+    memory: MemoryStore | None,
+    memory_key: str | None,
+    decisions: Mapping[str, DecisionRecord] | None,
+    skills: SkillStore | None,
+) -> list[Middleware | None]:
+    """The default stack for the agent (an agent listing the memory tool gets `memory`,
+    or a fresh in-memory store; one enabling skills gets `skills`, or an empty store)."""
+    binding = None
+    if MEMORY_TOOL in agent.tools:
+        scope = scope_for(
+            agent.config.memory_scope or "agent",
+            tenant_id=state.tenant_id,
+            agent_id=agent.id,
+            session_id=state.session_id,
+            memory_key=memory_key,
+        )
+        binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
+    cfg = StackConfig.for_agent(
+        agent, io, 3, memory=binding, decisions=decisions, skills=skills or InMemorySkillStore()
+    )
+    return default_stack(cfg)
+
+
 async def run_agent(
     agent: AgentSpec,
     provider: Provider,
@@ -261,26 +288,7 @@ async def run_agent(
     state = state or make_state(agent)
     io = io or MemoryRunIO()
     if stack is None:
-        binding = None
-        if MEMORY_TOOL in agent.tools:
-            scope = scope_for(
-                agent.config.memory_scope or "agent",
-                tenant_id=state.tenant_id,
-                agent_id=agent.id,
-                session_id=state.session_id,
-                memory_key=memory_key,
-            )
-            binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
-        stack = default_stack(
-            StackConfig.for_agent(
-                agent,
-                io,
-                3,
-                memory=binding,
-                decisions=decisions,
-                skills=skills or InMemorySkillStore(),
-            )
-        )
+        stack = _default_stack(agent, state, io, memory, memory_key, decisions, skills)
     settings = LoopSettings(
         max_turns=max_turns,
         retry_base_s=0.01,
