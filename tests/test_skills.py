@@ -179,6 +179,10 @@ def test_binary_files_and_quoted_values(tmp_path: Path) -> None:
     (folder / "logo.png").write_bytes(b"\x89PNG\x00\x01")
     with pytest.raises(sk.SkillError, match=r"logo\.png is a binary file"):
         sk.read_folder(folder)
+    (folder / "logo.png").unlink()
+    (folder / "big.md").write_text("x" * (sk.MAX_FILE_BYTES + 1))
+    with pytest.raises(sk.SkillError, match=r"big\.md is 262145 bytes; at most 262144"):
+        sk.read_folder(folder)
 
 
 # -- the CLI ------------------------------------------------------------------------------------
@@ -211,6 +215,11 @@ async def test_skills_add_list_show_and_malformed_folders(dsn: str, tmp_path: Pa
     assert "Fill in" in cli(dsn, "skills", "show", "pdf-forms", "--version", "1").stdout
     nothing = cli(dsn, "skills", "show", "nope", ok=False)
     assert nothing.returncode == 3 and "no skill 'nope'" in nothing.stderr
+    create = ("agents", "create", "--name", "clerk", "--model", "m")
+    skills = ("--config", '{"skills": ["pdf-forms"]}')
+    refused = cli(dsn, *create, *skills, ok=False)
+    assert refused.returncode == 2 and "add --tool load_skill" in refused.stderr
+    cli(dsn, *create, *skills, "--tool", "load_skill")
 
 
 # -- on Postgres: tenants and versions ------------------------------------------------------

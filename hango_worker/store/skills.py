@@ -111,9 +111,10 @@ def check_fields(fields: dict[str, str]) -> tuple[str, str]:
 
 
 def _read_text(path: Path, rel: str, limit: int) -> str:
+    size = path.stat().st_size  # checked before reading: a huge file is never loaded
+    if size > limit:
+        raise SkillError(f"{rel} is {size} bytes; at most {limit} bytes per file")
     data = path.read_bytes()
-    if len(data) > limit:
-        raise SkillError(f"{rel} is {len(data)} bytes; at most {limit} bytes per file")
     if b"\x00" in data:
         raise SkillError(f"{rel} is a binary file; a skill holds text files only")
     try:
