@@ -8,7 +8,7 @@ import asyncpg
 
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.stack import StackConfig, default_stack
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.memory import InMemorySkillStore, run_agent
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
@@ -39,6 +39,16 @@ def test_default_stack_order_is_pinned() -> None:
         "tool_allowlist",
     ]
     assert [m.name for m in chain.run_hooks] == ["repair_tool_calls"]
+
+
+def test_the_skills_slot_is_index_0_for_agents_that_enable_skills() -> None:
+    cfg = StackConfig(allowlist=("load_skill",), skill_names=("pdf",), skills=InMemorySkillStore())
+    stack = default_stack(cfg)
+    assert len(stack) == 11
+    assert stack[0] is not None and stack[0].name == "skills"  # outermost
+    chain = Chain(stack)
+    assert [m.name for m in chain.run_hooks] == ["skills", "repair_tool_calls"]
+    assert [m.name for m in chain.contributors][:2] == ["skills", "todo"]
 
 
 async def test_tool_order_view_then_provided_then_allowlist_filter() -> None:

@@ -195,3 +195,26 @@ class ChildRuns(Protocol):
     async def spawn(
         self, tool_use_id: str, agent: str | None, text: str, trace_parent: str | None
     ) -> ChildRun: ...
+
+
+# -- Agent Skills (agent/mw_skills.py) -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """One skill at one version: SKILL.md's front matter and body, its other files
+    ({relative path: text})."""
+
+    name: str
+    version: int
+    description: str
+    body: str
+    files: dict[str, str] = field(default_factory=dict)
+
+
+class SkillStore(Protocol):
+    """Skills port (read only): run/skills.py on Postgres, testing/memory.py in memory."""
+
+    async def latest(self, tenant_id: str, names: list[str]) -> list[Skill]:
+        """The latest version of each named skill of the tenant (absent names left out)."""
+        ...

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from hango_worker.agent.limits import Budget
 from hango_worker.agent.mw_hitl import ApprovalRule
 from hango_worker.provider.types import TextBlock
+
+# a skill's name, as Anthropic's Agent Skills format allows it (store/skills.py checks it too)
+SKILL_NAME = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+LOAD_SKILL = "load_skill"
+
+
+def skills_problem(tools: list[str], config: AgentConfig) -> str | None:
+    """Why the agent's skills cannot work, if they cannot: they need its load_skill tool."""
+    if config.skills and LOAD_SKILL not in tools:
+        return f"config.skills is set but the agent's tools do not include {LOAD_SKILL!r}"
+    return None
 
 
 class AgentConfig(Budget):
@@ -52,6 +70,17 @@ class AgentConfig(Budget):
 
     # prompt-cache TTL of the stable prefix (tools + system); see agent/mw_prompt_cache.py
     cache_ttl: Literal["5m", "1h"] = "5m"
+    # Agent Skills enabled for the agent, by name (agent/mw_skills.py); needs the
+    # `load_skill` tool in the agent's tools
+    skills: list[Annotated[str, StringConstraints(pattern=SKILL_NAME, max_length=64)]] = Field(
+        default_factory=list, max_length=100
+    )
+
+    @model_validator(mode="after")
+    def _skills_unique(self) -> AgentConfig:
+        if len(set(self.skills)) != len(self.skills):
+            raise ValueError("skills lists a skill twice")
+        return self
 
 
 class AgentSpecError(ValueError):
@@ -66,6 +95,13 @@ class AgentSpec(BaseModel):
     system: list[str] = Field(default_factory=list)
     tools: list[str] = Field(default_factory=list)
     config: AgentConfig = Field(default_factory=AgentConfig)
+
+    @model_validator(mode="after")
+    def _skills_tool(self) -> AgentSpec:
+        problem = skills_problem(self.tools, self.config)
+        if problem:
+            raise ValueError(problem)
+        return self
 
     def system_blocks(self) -> list[TextBlock]:
         return [TextBlock(text=s) for s in self.system]

@@ -20,17 +20,19 @@ from hango_worker.agent.mw_memory import Memory, MemoryBinding
 from hango_worker.agent.mw_prompt_cache import CacheTTL, PromptCache
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
+from hango_worker.agent.mw_skills import TOOL_NAME as SKILL_TOOL
+from hango_worker.agent.mw_skills import Skills
 from hango_worker.agent.mw_subagent import DEFAULT_MAX_DEPTH, Subagent
 from hango_worker.agent.mw_subagent import TOOL_NAME as TASK_TOOL
 from hango_worker.agent.mw_summarize import Summarization
 from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
 from hango_worker.agent.mw_todo import Todo
-from hango_worker.agent.ports import ChildRuns, FileStore
+from hango_worker.agent.ports import ChildRuns, FileStore, SkillStore
 from hango_worker.agent.spec import AgentSpec
 
 DEFAULT_REPEAT_CALL_THRESHOLD = 3
 # tools the stack's middlewares offer (each only to agents that list it)
-PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL, ASK_USER, TASK_TOOL)
+PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL, ASK_USER, TASK_TOOL, SKILL_TOOL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,9 @@ class StackConfig:
     depth: int = 0
     subagents: tuple[str, ...] = ()
     max_depth: int = DEFAULT_MAX_DEPTH
+    # the agent's enabled skills (config.skills) and the tenant's skill store (read port)
+    skill_names: tuple[str, ...] = ()
+    skills: SkillStore | None = None
 
     @classmethod
     def for_agent(
@@ -65,6 +70,7 @@ class StackConfig:
         decisions: Mapping[str, DecisionRecord] | None = None,
         children: ChildRuns | None = None,
         depth: int = 0,
+        skills: SkillStore | None = None,
     ) -> StackConfig:
         """The agent's configuration over the worker's defaults; `decisions`: a person's,
         for a run resumed after waiting."""
@@ -85,6 +91,8 @@ class StackConfig:
             depth=depth,
             subagents=tuple(c.subagents),
             max_depth=c.max_depth or DEFAULT_MAX_DEPTH,
+            skill_names=tuple(c.skills),
+            skills=skills,
         )
 
 
@@ -104,11 +112,20 @@ def _subagent(cfg: StackConfig) -> Subagent | None:
     return Subagent(cfg.children, cfg.subagents, cfg.depth, cfg.max_depth)
 
 
+def _skills(cfg: StackConfig) -> Skills | None:
+    """Skills only for agents that enable some (others: no load, no block)."""
+    if not cfg.skill_names:
+        return None
+    if cfg.skills is None:
+        raise ValueError("the agent enables skills but the stack has no skill store")
+    return Skills(cfg.skills, cfg.skill_names)
+
+
 def default_stack(cfg: StackConfig) -> list[Middleware | None]:
     return [
         # Skills: outermost, so skill instructions frame every later block and tool.
         # (Run hooks in slots before RepairToolCalls see history before it is repaired.)
-        None,
+        _skills(cfg),
         # Filesystem: before summarization, which must see results already offloaded to files.
         Filesystem(cfg.files, cfg.offload_threshold_bytes),
         # Subagent: delegation sees the filesystem tools but not the parent's summaries.

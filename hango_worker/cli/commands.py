@@ -83,7 +83,7 @@ def known_tools(settings: Settings) -> list[str]:
 
 
 async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
-    from hango_worker.agent.spec import AgentConfig
+    from hango_worker.agent.spec import AgentConfig, skills_problem
 
     try:
         cfg = AgentConfig.model_validate(json.loads(a.config)).model_dump(exclude_none=True)
@@ -95,6 +95,8 @@ async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
     except (ValueError, TypeError) as e:
         raise CliError(f"--config is not valid JSON: {e}") from None
     tools = check_tools(a.tool or [], known_tools(s))
+    if problem := skills_problem(tools, AgentConfig.model_validate(cfg)):
+        raise CliError(f"--config: {problem} (add --tool load_skill)")
     async with pool_for(s) as (_, pool):
         tenant = await repo.ensure_default_tenant(pool)
         agent_id = await repo.create_agent(

@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     _agents(sub, cmd)
     _runs(sub, cmd)
     _memory(sub, cmd)
+    _skills(sub, cmd)
 
     g = cmd(
         "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
@@ -206,3 +207,21 @@ def _memory(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
         sp = cmd(verb, fn, h, mem)
         sp.add_argument("path", type=memory_path, help="e.g. /memories/notes.md")
         scoped(sp, agent_required=True)
+
+
+def _skills(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
+    from hango_worker.cli import skills as s
+
+    sk = sub.add_parser(
+        "skills",
+        help="register and inspect Agent Skills (enabled per agent by config.skills)",
+    ).add_subparsers(dest="sub", required=True, metavar="SUBCOMMAND")
+    add = cmd("add", s.cmd_skills_add, "store a skill folder (SKILL.md) as a new version", sk)
+    add.add_argument("path", type=text, help="the skill's folder (holding SKILL.md)")
+    add.add_argument("--json", action="store_true")
+    ls = cmd("list", s.cmd_skills_list, "skills: name, latest version, description", sk)
+    ls.add_argument("--json", action="store_true")
+    sh = cmd("show", s.cmd_skills_show, "a skill's description, body and files", sk)
+    sh.add_argument("name", type=text)
+    sh.add_argument("--version", type=int_between(1, 1_000_000_000), help="default: latest")
+    sh.add_argument("--json", action="store_true")

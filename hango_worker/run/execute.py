@@ -27,6 +27,7 @@ from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
 from hango_worker.run.memory import PgMemoryStore
+from hango_worker.run.skills import PgSkillStore
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
 from hango_worker.tool.registry import Registry
@@ -333,6 +334,7 @@ def _build_loop(
         decisions=loaded.decisions,
         children=io,
         depth=c.depth,
+        skills=PgSkillStore(deps.pool) if agent.config.skills else None,
     )
     chain = Chain(default_stack(cfg))
     settings = LoopSettings(

@@ -435,3 +435,10 @@ MEMORY_READ = """
 SELECT content, version FROM memories
 WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 AND scope_key = $4 AND path = $5
 """
+
+# -- Agent Skills (run/skills.py): the latest version of each enabled skill, per attempt --
+SKILLS_LATEST = """
+SELECT DISTINCT ON (name) name, version, description, body, files FROM skills
+WHERE tenant_id = $1 AND name = ANY($2::text[])
+ORDER BY name, version DESC
+"""

@@ -57,6 +57,10 @@ MEMORY_WRITES = Counter(
     "Memory tool writes, by command and result.",
     ["command", "result"],
 )
+# load_skill calls (agent/mw_skills.py): result body (a skill's SKILL.md) | file (one of
+# its files) | unknown_skill | unknown_file (a tool error). Skill names are not labels.
+SKILL_LOAD_RESULTS = ("body", "file", "unknown_skill", "unknown_file")
+SKILL_LOADS = Counter("hango_skill_loads_total", "load_skill tool calls, by result.", ["result"])
 # Compaction (agent/mw_summarize.py): rungs applied, and each request's size.
 COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")
 COMPACTIONS = Counter(
@@ -232,6 +236,8 @@ def _initialise() -> None:
             MEMORY_WRITES.labels(command, result)
     for rung in COMPACTION_RUNGS:
         COMPACTIONS.labels(rung)
+    for result in SKILL_LOAD_RESULTS:
+        SKILL_LOADS.labels(result)
 
 
 _initialise()

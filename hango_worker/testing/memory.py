@@ -27,6 +27,8 @@ from hango_worker.agent.ports import (
     MemoryStore,
     MemoryWrite,
     Outcome,
+    Skill,
+    SkillStore,
     WriteContext,
 )
 from hango_worker.agent.spec import AgentSpec
@@ -206,6 +208,55 @@ def make_state(
     )
 
 
+@dataclass(slots=True)
+class InMemorySkillStore:
+    """The skills port in memory: (tenant, name) → versions, oldest first."""
+
+    skills: dict[tuple[str, str], list[Skill]] = field(default_factory=dict)
+
+    def add(
+        self,
+        tenant_id: str,
+        name: str,
+        description: str,
+        body: str,
+        files: dict[str, str] | None = None,
+    ) -> int:
+        versions = self.skills.setdefault((tenant_id, name), [])
+        versions.append(Skill(name, len(versions) + 1, description, body, dict(files or {})))
+        return len(versions)
+
+    async def latest(self, tenant_id: str, names: list[str]) -> list[Skill]:
+        return [self.skills[(tenant_id, n)][-1] for n in names if (tenant_id, n) in self.skills]
+
+
+def _default_stack(
+    agent: AgentSpec,
+    state: State,
+    io: MemoryRunIO,
+    memory: MemoryStore | None,
+    memory_key: str | None,
+    decisions: Mapping[str, DecisionRecord] | None,
+    skills: SkillStore | None,
+) -> list[Middleware | None]:
+    """The default stack for the agent (an agent listing the memory tool gets `memory`,
+    or a fresh in-memory store; one enabling skills gets `skills`, or an empty store)."""
+    binding = None
+    if MEMORY_TOOL in agent.tools:
+        scope = scope_for(
+            agent.config.memory_scope or "agent",
+            tenant_id=state.tenant_id,
+            agent_id=agent.id,
+            session_id=state.session_id,
+            memory_key=memory_key,
+        )
+        binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
+    cfg = StackConfig.for_agent(
+        agent, io, 3, memory=binding, decisions=decisions, skills=skills or InMemorySkillStore()
+    )
+    return default_stack(cfg)
+
+
 async def run_agent(
     agent: AgentSpec,
     provider: Provider,
@@ -222,6 +273,7 @@ async def run_agent(
     memory: MemoryStore | None = None,
     memory_key: str | None = None,
     decisions: Mapping[str, DecisionRecord] | None = None,
+    skills: SkillStore | None = None,
 ) -> tuple[Outcome, State, MemoryRunIO]:
     """Drive one run attempt in memory. `stack=None` → the default stack for the agent
     (an agent listing the memory tool gets `memory`, or a fresh in-memory store);
@@ -236,19 +288,7 @@ async def run_agent(
     state = state or make_state(agent)
     io = io or MemoryRunIO()
     if stack is None:
-        binding = None
-        if MEMORY_TOOL in agent.tools:
-            scope = scope_for(
-                agent.config.memory_scope or "agent",
-                tenant_id=state.tenant_id,
-                agent_id=agent.id,
-                session_id=state.session_id,
-                memory_key=memory_key,
-            )
-            binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
-        stack = default_stack(
-            StackConfig.for_agent(agent, io, 3, memory=binding, decisions=decisions)
-        )
+        stack = _default_stack(agent, state, io, memory, memory_key, decisions, skills)
     settings = LoopSettings(
         max_turns=max_turns,
         retry_base_s=0.01,
