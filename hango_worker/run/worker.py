@@ -15,13 +15,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
-
 from hango_worker.agent.ports import Fenced
 from hango_worker.run.execute import RunDeps, execute
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, discard_connections
 from hango_worker.run.listener import Listener
 from hango_worker.run.stream import TextPublisher
+from hango_worker.run.sweep import sweep
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.logs import current_run_id
@@ -268,58 +267,5 @@ class Worker:
                 log.exception("reclaim sweep failed")
 
     async def sweep(self) -> int:
-        """Put runs with expired (or no) leases back in the queue, fail the ones out of
-        attempts or with out-of-range counters, refresh queue gauges."""
-        try:
-            rows = await self.deps.pool.fetch(
-                sql.RECLAIM_EXPIRED, self.settings.max_attempts, self.worker_id
-            )
-            rows += await self.deps.pool.fetch(sql.FAIL_INVALID_ROWS, self.worker_id)
-            stats = await self.deps.pool.fetchrow(sql.QUEUE_STATS)
-        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as e:
-            log.warning("reclaim sweep failed: %s", e)
-            return 0
-        requeued = sum(1 for r in rows if r["status"] == "queued")
-        for r in rows:
-            if r["status"] == "failed":
-                metrics.RUNS_FAILED.labels(metrics.error_type_label(r["error_type"])).inc()
-                metrics.RUNS_FINISHED.labels("failed").inc()
-                log.warning(
-                    "run failed by the sweep: %s", r["error_type"], extra={"run_id": r["id"]}
-                )
-        if requeued:
-            metrics.LEASE_RECLAIMS.inc(requeued)
-            log.info("reclaimed %d runs with expired leases", requeued)
-            await self.deps.pool.execute(sql.NOTIFY, sql.NOTIFY_CHANNEL, "reclaim")
-        if stats is not None:
-            metrics.QUEUE_DEPTH.set(stats["depth"])
-            metrics.QUEUE_OLDEST_AGE.set(stats["oldest_age_s"])
-            metrics.RUNS_WAITING.set(stats["waiting"])
-            metrics.WAITING_OLDEST.set(stats["waiting_oldest_s"])
-        return len(rows) + await self._expire_waiting() + await self._wake_parents()
-
-    async def _wake_parents(self) -> int:
-        """Parents waiting for child runs none of which still runs: back to the queue
-        (the fallback for a wake-up two children ending at once both missed)."""
-        try:
-            row = await self.deps.pool.fetchrow(sql.WAKE_PARENTS)
-        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as e:
-            log.warning("waking parents failed: %s", e)
-            return 0
-        return int(row["woken"]) if row is not None else 0
-
-    async def _expire_waiting(self) -> int:
-        """Waiting runs past their approval timeout: re-queued with the call rejected,
-        or failed (the agent's `on_approval_timeout`). Its own statement, so a problem
-        with it never stops the reclaim above."""
-        try:
-            rows = await self.deps.pool.fetch(sql.EXPIRE_WAITING, self.worker_id)
-        except (*CONNECTION_ERRORS, asyncpg.PostgresError) as e:
-            log.warning("approval timeout sweep failed: %s", e)
-            return 0
-        for r in rows:
-            metrics.APPROVAL_TIMEOUTS.labels(r["status"]).inc()
-            if r["status"] == "failed":
-                metrics.RUNS_FAILED.labels("approval_timeout").inc()
-                metrics.RUNS_FINISHED.labels("failed").inc()
-        return len(rows)
+        """One reclaim sweep (run/sweep.py); what it changed."""
+        return await sweep(self.deps.pool, self.worker_id, self.settings.max_attempts)
