@@ -63,6 +63,12 @@ PROFILES = {
         # (a mutant stopped at its time limit would leave its own server running)
         database=True,
     ),
+    # the one way to stop early and the human in the loop: pure logic, fast tests
+    "limits": Profile(
+        only_mutate=("hango_worker/agent/limits.py", "hango_worker/agent/mw_hitl.py"),
+        tests=("tests/test_limits.py", "tests/test_hitl.py"),
+        database=True,
+    ),
     "run": Profile(
         only_mutate=("hango_worker/run/execute.py",),
         tests=("tests/test_worker.py", "tests/test_stack.py", "tests/test_poison.py"),

@@ -236,3 +236,20 @@ async def test_a_waiting_run_is_cancelled_at_once_and_counted_in_the_gauge(
     assert await repo.request_cancel(pool, T, run_id) == "cancelled"
     await sweep(pool, dsn)
     assert REGISTRY.get_sample_value("hango_runs_waiting") == 0
+
+
+async def test_a_malformed_waiting_record_fails_only_its_own_run(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    await make_agent(pool, tools=["echo"])
+    tool, _ = recording_tool()
+    turns = scripted({"text": "ok"})
+    bad, good = await enqueue(pool), await enqueue(pool)
+    await pool.execute(
+        """UPDATE runs SET waiting_for = '{"not_started": [1, 2]}' WHERE id = $1""", bad
+    )
+    await run_until_idle(dsn, turns, tools=[tool])
+    failed = await details(pool, bad)
+    assert failed["status"] == "failed" and failed["error"]["type"] == "invalid_state"
+    assert "runs.waiting_for" in failed["error"]["message"]
+    assert (await details(pool, good))["status"] == "succeeded"
