@@ -202,3 +202,31 @@ async def test_a_second_approval_in_the_resumed_batch_writes_no_history_again() 
     assert outcome.status == "waiting" and calls == [{"text": "one"}]
     assert outcome.waiting is not None and outcome.waiting["not_started"] == ["toolu_s0000_1"]
     assert again.messages == []  # the stored history is not written a second time
+
+
+def test_a_rule_matches_named_arguments_by_regex_and_json_for_non_strings() -> None:
+    from hango_worker.agent.mw_hitl import ApprovalRule
+
+    rule = ApprovalRule(tool="deploy", when={"env": "^prod$", "replicas": "^[0-9]{2,}$"})
+    assert rule.matches("deploy", {"env": "prod", "replicas": 12})
+    assert not rule.matches("deploy", {"env": "prod", "replicas": 3})
+    assert not rule.matches("deploy", {"env": "prod"})  # a named argument missing: no
+    assert not rule.matches("other", {"env": "prod", "replicas": 12})
+    nested = ApprovalRule(tool="t", when={"opts": '^\\{"a": 1, "b": 2\\}$'})
+    assert nested.matches("t", {"opts": {"b": 2, "a": 1}})  # compact JSON, keys sorted
+
+
+async def test_an_applied_decision_is_a_span_event_and_counted(spans: Any) -> None:
+    from prometheus_client import REGISTRY
+
+    def counted() -> float:
+        value = REGISTRY.get_sample_value("hango_hitl_decisions_total", {"decision": "approve"})
+        return value or 0.0
+
+    _, state, io, tool, _ = await suspend()
+    before = counted()
+    await resume(state, io, tool, approve())
+    assert counted() == before + 1
+    (event,) = spans.events("hitl.approved")
+    assert event.attributes["hango.middleware.name"] == "human_in_the_loop"
+    assert event.attributes["hango.middleware.reason"] == "echo"

@@ -307,3 +307,40 @@ async def test_a_cost_budget_without_a_price_fails_before_any_call() -> None:
     outcome, _, _ = await run_agent(agent(tools=["echo"], max_cost_usd=1.0), provider)
     assert (outcome.status, outcome.limit, provider.calls) == ("failed", "max_cost_usd", 0)
     assert outcome.error is not None and "has no price" in outcome.error["message"]
+
+
+async def test_max_tool_calls_used_up_exactly_winds_up_without_refusing_a_call() -> None:
+    tool, calls = recording_tool()
+    provider = scripted(*_looping())
+    outcome, state, _ = await run_agent(
+        agent(tools=["echo"], max_tool_calls=2), provider, tools=[tool]
+    )
+    assert (outcome.status, outcome.limit, provider.calls, len(calls)) == (
+        "succeeded",
+        "max_tool_calls",
+        3,  # two turns with one call each, then the wind-up
+        2,
+    )
+    assert state.private["limits"] == {"total": 2, "by_tool": {}, "refused": None}
+
+
+def test_the_question_joins_an_unsaved_user_turn_or_starts_a_new_one() -> None:
+    from hango_worker.agent.limits import Reached, ask_for_answer
+    from hango_worker.provider.types import Message, TextBlock
+    from hango_worker.vocab import RunLimit
+
+    reached = Reached(RunLimit.MAX_TURNS, "3")
+    fresh = [Message("user", [TextBlock("go")])]
+    ask_for_answer(fresh, persisted=0, reached=reached)  # not stored yet: same message
+    assert len(fresh) == 1 and len(fresh[0].content) == 2
+    assert (
+        fresh[0]
+        .content[1]
+        .text.startswith("[hango-worker] This run has reached its max_turns limit (3).")
+    )  # type: ignore[union-attr]
+    stored = [Message("user", [TextBlock("go")])]
+    ask_for_answer(stored, persisted=1, reached=reached)  # stored: a message of its own
+    assert [len(m.content) for m in stored] == [1, 1] and stored[1].role == "user"
+    after = [Message("user", [TextBlock("go")]), Message("assistant", [TextBlock("hm")])]
+    ask_for_answer(after, persisted=0, reached=reached)
+    assert [m.role for m in after] == ["user", "assistant", "user"]
