@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from hango_worker.store.sql import CANCEL_CHANNEL, DONE_CHANNEL, NOTIFY_CHANNEL
+from hango_worker.store import producer_api
 
 DEFAULT_TENANT_ID = "00000000-0000-0000-0000-000000000001"
 DEFAULT_TENANT_NAME = "default"
@@ -146,7 +146,8 @@ async def enqueue_run(
     limits: dict[str, Any] | None = None,
     memory_key: str | None = None,
 ) -> Enqueued:
-    """Queue a run (new session unless one is given) and wake idle workers.
+    """Queue a run (new session unless one is given) and wake idle workers, through
+    the producer API's one implementation (`hango_enqueue_run`, docs/producers.md).
 
     One statement, so one round trip: find the agent, create or check the session,
     insert the run, notify (sent when it commits). On a connection inside the
@@ -161,84 +162,50 @@ async def enqueue_run(
             uuid.UUID(session_id)
         except ValueError:
             raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
-    if idempotency_key is not None:
-        if not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-            raise ValueError(
-                f"an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters, "
-                f"got {len(idempotency_key)}"
-            )
-        prior = await _by_key(db, tenant_id, idempotency_key)
-        if prior is not None:
-            return prior
-    run_input = _run_input(input_text, limits, memory_key)
-    run_id = str(uuid.uuid4())
-    row = await db.fetchrow(
-        ENQUEUE,
-        tenant_id,
-        agent,
-        str(uuid.uuid4()),
-        session_id,
-        run_id,
-        json.dumps(run_input, ensure_ascii=False),
-        NOTIFY_CHANNEL,
-        idempotency_key,
-    )
-    if row is None or row["agent_id"] is None:
-        raise NotFound(f"no agent {agent!r} in this tenant")
-    if row["session_id"] is None:
-        if idempotency_key is not None:  # lost a race to an enqueue with the same key
-            prior = await _by_key(db, tenant_id, idempotency_key)
-            if prior is not None:
-                return prior
-        raise NotFound(f"no session {session_id} for agent {agent!r} in this tenant")
-    return Enqueued(run_id, str(row["session_id"]))
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+        raise ValueError(
+            f"an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters, "
+            f"got {len(idempotency_key)}"
+        )
+    config = _run_config(limits, memory_key)
+    try:
+        row = await db.fetchrow(
+            producer_api.ENQUEUE,
+            tenant_id,
+            agent,
+            json.dumps({"text": input_text}, ensure_ascii=False),
+            session_id,
+            idempotency_key,
+            None if config is None else json.dumps(config, ensure_ascii=False),
+        )
+    except asyncpg.PostgresError as e:
+        raise _api_error(e) from None
+    assert row is not None  # a set-returning function that returns one row or raises
+    return Enqueued(row["run_id"], row["session_id"], created=row["created"])
 
 
-def _run_input(text: str, limits: dict[str, Any] | None, memory_key: str | None) -> dict[str, Any]:
-    """`runs.input`: the user's text, and the producer's per-run settings."""
-    run_input: dict[str, Any] = {"text": text}
+def _run_config(limits: dict[str, Any] | None, memory_key: str | None) -> dict[str, Any] | None:
+    """The producer's per-run settings (`config` of hango_api.enqueue), checked here
+    first for a precise message; stored beside the text in `runs.input`."""
+    config: dict[str, Any] = {}
     if limits:
-        run_input["limits"] = limits
+        config["limits"] = limits
     if memory_key is not None:
         _check_memory_key(memory_key)
-        run_input["memory_key"] = memory_key
-    return run_input
+        config["memory_key"] = memory_key
+    return config or None
 
 
-async def _by_key(
-    db: asyncpg.Pool | asyncpg.Connection, tenant_id: str, key: str
-) -> Enqueued | None:
-    row = await db.fetchrow(
-        "SELECT id::text, session_id::text FROM runs WHERE tenant_id = $1 AND idempotency_key = $2",
-        tenant_id,
-        key,
-    )
-    return None if row is None else Enqueued(row["id"], row["session_id"], created=False)
-
-
-ENQUEUE = """
-WITH a AS (
-    SELECT id FROM agents WHERE tenant_id = $1 AND (name = $2 OR id::text = $2) LIMIT 1
-), new_session AS (
-    INSERT INTO sessions (id, tenant_id, agent_id)
-    SELECT $3, $1, a.id FROM a WHERE $4::uuid IS NULL
-    RETURNING id
-), target AS (
-    SELECT id FROM new_session
-    UNION ALL
-    SELECT se.id FROM sessions se, a
-    WHERE $4::uuid IS NOT NULL AND se.id = $4::uuid AND se.tenant_id = $1 AND se.agent_id = a.id
-), r AS (
-    INSERT INTO runs (id, tenant_id, session_id, agent_id, input, idempotency_key)
-    SELECT $5, $1, target.id, a.id, $6::text::jsonb, $8::text FROM target, a
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, session_id
-), n AS (
-    SELECT pg_notify($7, r.id::text) FROM r
-)
-SELECT (SELECT id::text FROM a) AS agent_id, (SELECT session_id::text FROM r) AS session_id,
-    (SELECT count(*) FROM n) AS notified
-"""
+def _api_error(e: asyncpg.PostgresError) -> Exception:
+    """The exception a producer API error has always been in Python."""
+    err = producer_api.api_error(e)
+    if err is None:
+        return e
+    if err.sqlstate == producer_api.MALFORMED:
+        return ValueError(err.message)
+    if err.sqlstate == producer_api.WRONG_STATE:
+        return Conflict(err.message)
+    return NotFound(err.message)
 
 
 # input and state_json come back as text and are decoded here: an undecodable row
@@ -328,83 +295,34 @@ async def list_runs(
     return [dict(r) for r in rows]
 
 
-# A running run with no lease (edited by hand): no worker holds it, none ever will.
-NO_LEASE = "(status = 'running' AND (lease_owner IS NULL OR lease_expires_at IS NULL))"
+def _run_uuid(run_id: str) -> None:
+    try:
+        uuid.UUID(run_id)
+    except ValueError:
+        raise NotFound(f"{run_id!r} is not a run id (a UUID)") from None
 
 
 async def request_cancel(db: asyncpg.Pool, tenant_id: str, run_id: str) -> str:
     """Queued runs (and running ones no worker holds) are cancelled at once; running
-    ones at their next turn boundary. The request survives a takeover: only resume
-    clears it."""
-    await get_run(db, tenant_id, run_id)
-    now_ = f"(status IN ('queued', 'waiting') OR {NO_LEASE})"
-    row = await db.fetchrow(
-        f"UPDATE runs SET cancel_requested = NOT {now_}, "
-        f"status = CASE WHEN {now_} THEN 'cancelled' ELSE status END, "
-        f"finished_at = CASE WHEN {now_} THEN now() ELSE finished_at END, "
-        f"lease_owner = CASE WHEN {now_} THEN NULL ELSE lease_owner END, "
-        f"lease_expires_at = CASE WHEN {now_} THEN NULL ELSE lease_expires_at END "
-        "WHERE id = $1 AND tenant_id = $2 AND status IN ('queued', 'running', 'waiting') "
-        "RETURNING status",
-        run_id,
-        tenant_id,
-    )
-    if row is None:
-        raise Conflict(f"run {run_id} has already finished; nothing to cancel")
-    await _cancel_children(db, run_id)
-    await db.execute("SELECT pg_notify($1, $2)", CANCEL_CHANNEL, run_id)
-    if row["status"] == "cancelled":
-        await db.execute("SELECT pg_notify($1, $2)", DONE_CHANNEL, run_id)
-    return str(row["status"])
-
-
-# Every descendant of a run (its subagents, theirs…) that has not ended.
-_CANCEL_TREE = f"""
-WITH RECURSIVE tree AS (
-    SELECT id FROM runs WHERE parent_run_id = $1
-    UNION ALL SELECT r.id FROM runs r JOIN tree t ON r.parent_run_id = t.id
-), now_ AS (
-    SELECT id, (status IN ('queued', 'waiting') OR {NO_LEASE}) AS at_once FROM runs
-    WHERE id IN (SELECT id FROM tree) AND status IN ('queued', 'running', 'waiting')
-)
-UPDATE runs r SET cancel_requested = NOT n.at_once,
-    status = CASE WHEN n.at_once THEN 'cancelled' ELSE r.status END,
-    finished_at = CASE WHEN n.at_once THEN now() ELSE r.finished_at END,
-    lease_owner = CASE WHEN n.at_once THEN NULL ELSE r.lease_owner END,
-    lease_expires_at = CASE WHEN n.at_once THEN NULL ELSE r.lease_expires_at END
-FROM now_ n WHERE r.id = n.id
-RETURNING r.id::text AS id, r.status
-"""
-
-
-async def _cancel_children(db: asyncpg.Pool, run_id: str) -> None:
-    """Cancelling a run cancels its child runs (subagents), all the way down: queued
-    and waiting ones at once, running ones at their next turn boundary."""
-    for r in await db.fetch(_CANCEL_TREE, run_id):
-        channel = DONE_CHANNEL if r["status"] == "cancelled" else CANCEL_CHANNEL
-        await db.execute("SELECT pg_notify($1, $2)", channel, r["id"])
+    ones at their next turn boundary; its subagent runs likewise, all the way down.
+    The request survives a takeover: only resume clears it. `hango_api.cancel` is the
+    one implementation (docs/producers.md)."""
+    _run_uuid(run_id)
+    try:
+        return str(await db.fetchval(producer_api.CANCEL, run_id, tenant_id))
+    except asyncpg.PostgresError as e:
+        raise _api_error(e) from None
 
 
 async def resume(db: asyncpg.Pool, tenant_id: str, run_id: str) -> None:
     """Re-queue a cancelled or failed run (or a running one no worker holds); it
-    continues from its checkpoint. Clears a pending cancel request."""
-    await get_run(db, tenant_id, run_id)
-    done = await db.fetchval(
-        "UPDATE runs SET status = 'queued', cancel_requested = false, error = NULL, "
-        "limit_reached = NULL, "
-        "finished_at = NULL, lost_count = 0, queued_at = now(), lease_owner = NULL, "
-        "lease_expires_at = NULL "
-        f"WHERE id = $1 AND tenant_id = $2 AND (status IN ('cancelled', 'failed') OR {NO_LEASE}) "
-        "RETURNING 1",
-        run_id,
-        tenant_id,
-    )
-    if done is None:
-        raise Conflict(
-            f"run {run_id} is not cancelled or failed; only those (and running runs that no "
-            "worker holds) can be resumed"
-        )
-    await db.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, run_id)
+    continues from its checkpoint. Clears a pending cancel request. `hango_api.resume`
+    is the one implementation (docs/producers.md)."""
+    _run_uuid(run_id)
+    try:
+        await db.execute(producer_api.RESUME, run_id, tenant_id)
+    except asyncpg.PostgresError as e:
+        raise _api_error(e) from None
 
 
 async def run_files(db: asyncpg.Pool, tenant_id: str, run_id: str) -> list[dict[str, Any]]:
