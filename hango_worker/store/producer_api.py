@@ -10,8 +10,6 @@ turns it into the exception the Python callers have always raised.
 
 from __future__ import annotations
 
-import asyncpg
-
 UNKNOWN_TENANT = "QH001"
 UNKNOWN_AGENT = "QH002"
 MALFORMED = "QH003"
@@ -37,7 +35,7 @@ class ApiError(Exception):
         self.message = message
 
 
-def api_error(e: asyncpg.PostgresError) -> ApiError | None:
+def api_error(e: Exception) -> ApiError | None:
     """The API error `e` is (a QH SQLSTATE), or None for any other database error."""
     code = getattr(e, "sqlstate", None)
     if isinstance(code, str) and code.startswith("QH"):

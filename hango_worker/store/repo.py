@@ -196,7 +196,7 @@ def _run_config(limits: dict[str, Any] | None, memory_key: str | None) -> dict[s
     return config or None
 
 
-def _api_error(e: asyncpg.PostgresError) -> Exception:
+def _api_error(e: Exception) -> Exception:
     """The exception a producer API error has always been in Python."""
     err = producer_api.api_error(e)
     if err is None:
