@@ -63,12 +63,39 @@ async def _tables(dsn: str) -> set[str]:
         await conn.close()
 
 
+async def _producer_api(dsn: str) -> tuple[bool, int, bool]:
+    """0009_producer_api: the schema hango_api, its internal functions beside the tables,
+    the role hango_producer."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return (
+            await conn.fetchval(
+                "SELECT count(*) = 1 FROM pg_namespace WHERE nspname = 'hango_api'"
+            ),
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_proc WHERE proname IN "
+                "('hango_enqueue_run', 'hango_run_input', 'hango_tenant_id')"
+            ),
+            await conn.fetchval(
+                "SELECT count(*) = 1 FROM pg_roles WHERE rolname = 'hango_producer'"
+            ),
+        )
+    finally:
+        await conn.close()
+
+
 async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restores_them(
     empty_dsn: str,
 ) -> None:
     await migrate.upgrade(empty_dsn, "head")
     assert "skills" in await _tables(empty_dsn) and "depth" in await _columns(empty_dsn, "runs")
+    assert await _producer_api(empty_dsn) == (True, 3, True)
+    await migrate.downgrade(empty_dsn, "0008_subagents_skills")
+    assert await _producer_api(empty_dsn) == (False, 0, True)  # the role is the server's
+    await migrate.upgrade(empty_dsn, "0009_producer_api")  # and again, with the role there
+    assert await _producer_api(empty_dsn) == (True, 3, True)
     await migrate.downgrade(empty_dsn, "0007_run_states")
+    assert await _producer_api(empty_dsn) == (False, 0, True)
     assert "skills" not in await _tables(empty_dsn)
     assert "parent_run_id" not in await _columns(empty_dsn, "runs")
     assert "run_states" in await _tables(empty_dsn)
