@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 
 import hango_worker.telemetry.metrics  # registers every metric
 import hango_worker.telemetry.metrics_server  # noqa: F401  (and the endpoint's own)
-from hango_worker.store import sql
+from hango_worker.store import producer_api, sql
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("**/*.md"))
@@ -34,8 +34,12 @@ METRIC = re.compile(r"(?<![\w./'\"])((?:hango|gen_ai)_[a-z0-9_]*[a-z0-9])")
 EVENT = re.compile(
     r"(?<![\w./(-])((?:middleware|model|tool|agent)\.(?!(?:py|md|png|json|yaml)\b)[a-z_]+)(?![\w.()/-])"
 )
-# the package itself, and the LISTEN/NOTIFY channels (store/sql.py)
-NOT_NAMES = {"hango_worker"} | {v for k, v in vars(sql).items() if k.endswith("_CHANNEL")}
+# the package itself, the LISTEN/NOTIFY channels (store/sql.py), the SQL API's names
+NOT_NAMES = (
+    {"hango_worker"}
+    | {v for k, v in vars(sql).items() if k.endswith("_CHANNEL")}
+    | producer_api.SQL_NAMES  # the producer SQL API's schema, role and functions
+)
 SUFFIXES = ("", "_total", "_bucket", "_sum", "_count")
 
 

@@ -10,6 +10,11 @@ turns it into the exception the Python callers have always raised.
 
 from __future__ import annotations
 
+# The API's names in the database (migration 0009_producer_api): not metrics.
+SQL_NAMES = frozenset(
+    {"hango_api", "hango_producer", "hango_enqueue_run", "hango_run_input", "hango_tenant_id"}
+)
+
 UNKNOWN_TENANT = "QH001"
 UNKNOWN_AGENT = "QH002"
 MALFORMED = "QH003"

@@ -26,6 +26,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from hango_worker.vocab import Decision, RunStatus
 
+# Not tables, so not in this metadata: the producer SQL API (schema hango_api, its
+# functions and view, the functions hango_enqueue_run / hango_run_input /
+# hango_tenant_id, the role hango_producer) is created by migration 0009_producer_api
+# (docs/producers.md); tests/test_producer_api.py pins its signatures and columns.
 metadata = MetaData()
 
 RUN_STATUSES = tuple(str(s) for s in RunStatus)

@@ -13,6 +13,8 @@ NOTIFY_CHANNEL = "hango_runs"
 CANCEL_CHANNEL = "hango_cancel"
 TEXT_CHANNEL = "hango_text"
 # payload: a run id; sent (on commit) when that run reaches succeeded, failed or cancelled
+# (or stops to wait: status waiting). Part of the producer API: producers in any language
+# LISTEN on it (docs/producers.md, "Waiting for the result"); keep the name and payload.
 DONE_CHANNEL = "hango_done"
 
 # Counters stay far below the int4 limit: the claim never picks a run whose
