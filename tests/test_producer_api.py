@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -89,19 +91,14 @@ async def test_a_trigger_enqueues_with_the_business_write_and_a_rollback_queues_
         await conn.close()
 
 
-async def test_python_without_our_package_enqueues_waits_and_reads_the_answer(
-    pool: asyncpg.Pool, dsn: str, tmp_path: Path
+async def _producer_finishes(
+    pool: asyncpg.Pool, dsn: str, *cmd: str, env: dict[str, str] | None = None
 ) -> None:
-    await make_agent(pool, name="support", tools=[])
-    script = example("python-asyncpg")
-    assert "hango_worker" not in script
-    check = "\nimport sys\nassert not [m for m in sys.modules if m.startswith('hango_worker')]\n"
-    (tmp_path / "producer.py").write_text(script + check)
+    """Run a producer example (it enqueues, then waits for the answer): a worker
+    finishes its run, and the example prints the run id, the status and the answer."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-I",
-        str(tmp_path / "producer.py"),
-        env={**os.environ, "DATABASE_URL": dsn},
+        *cmd,
+        env={**os.environ, "DATABASE_URL": dsn, **(env or {})},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -119,6 +116,46 @@ async def test_python_without_our_package_enqueues_waits_and_reads_the_answer(
     assert proc.returncode == 0, err.decode()
     run_id = await pool.fetchval("SELECT id::text FROM runs WHERE idempotency_key = 'ticket-42'")
     assert out.decode().strip() == f"{run_id} succeeded It ships today."
+
+
+async def test_python_without_our_package_enqueues_waits_and_reads_the_answer(
+    pool: asyncpg.Pool, dsn: str, tmp_path: Path
+) -> None:
+    await make_agent(pool, name="support", tools=[])
+    script = example("python-asyncpg")
+    assert "hango_worker" not in script
+    check = "\nimport sys\nassert not [m for m in sys.modules if m.startswith('hango_worker')]\n"
+    (tmp_path / "producer.py").write_text(script + check)
+    await _producer_finishes(pool, dsn, sys.executable, "-I", str(tmp_path / "producer.py"))
+
+
+def _node_pg() -> Path | None:
+    """A folder with the `pg` package installed (npm, cached between runs), or None
+    when Node, npm or the npm registry is not at hand."""
+    if not (shutil.which("node") and shutil.which("npm")):
+        return None
+    where = Path(tempfile.gettempdir()) / "hango-test-node-pg"
+    if not (where / "node_modules" / "pg").is_dir():
+        where.mkdir(exist_ok=True)
+        p = subprocess.run(
+            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(where), "pg@8"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        if p.returncode != 0:
+            return None
+    return where
+
+
+async def test_node_pg_example_enqueues_waits_and_reads_the_answer(
+    pool: asyncpg.Pool, dsn: str, tmp_path: Path
+) -> None:
+    where = await asyncio.to_thread(_node_pg)
+    if where is None:
+        pytest.skip("the Node example needs node, npm and the npm registry (pg)")
+    await make_agent(pool, name="support", tools=[])
+    (tmp_path / "producer.js").write_text(example("node-pg"))
+    node_path = {"NODE_PATH": str(where / "node_modules")}
+    await _producer_finishes(pool, dsn, "node", str(tmp_path / "producer.js"), env=node_path)
 
 
 ENQUEUE = "SELECT hango_api.enqueue($1, $2::jsonb, idempotency_key => $3, config => $4::jsonb)"
