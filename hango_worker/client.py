@@ -10,6 +10,9 @@ Inside your own transaction (the run is queued if and only if it commits):
 async with conn.transaction():
     await conn.execute("INSERT INTO orders …")
     await enqueue(conn, agent="support", input="New order 1234")
+
+Enqueue, cancel and resume go through the producer SQL API's functions, the same ones
+producers in other languages call (docs/producers.md).
 """
 
 from __future__ import annotations
