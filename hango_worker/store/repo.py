@@ -180,7 +180,8 @@ async def enqueue_run(
         )
     except asyncpg.PostgresError as e:
         raise _api_error(e) from None
-    assert row is not None  # a set-returning function that returns one row or raises
+    if row is None:  # the function returns one row or raises
+        raise RuntimeError("hango_enqueue_run returned no row")
     return Enqueued(row["run_id"], row["session_id"], created=row["created"])
 
 
