@@ -58,6 +58,16 @@ class RepeatState(BaseModel):
             del self.recent[: len(self.recent) - MAX_TRACKED]
         return prior
 
+    def unbump(self, key: str) -> None:
+        """Take back one call of `key` (one that was counted but not made)."""
+        for i, (k, n) in enumerate(self.recent):
+            if k == key:
+                if n > 1:
+                    self.recent[i] = (k, n - 1)
+                else:
+                    del self.recent[i]
+                return
+
 
 class RepeatCall:
     name = "repeat_call"
@@ -69,7 +79,6 @@ class RepeatCall:
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         st, _ = load_private(req.state, self.name, RepeatState)
-        before = st.model_copy(deep=True)
         key = call_key(req.call.name, req.call.input)
         prior = st.bump(key)
         store_private(req.state, self.name, st)
@@ -92,5 +101,9 @@ class RepeatCall:
         try:
             return await next(req)
         except SuspendRun:  # the call waits for a person: it was not made, so not counted
-            store_private(req.state, self.name, before)
+            # taken back from the state as it is now, not restored from a copy made
+            # before: calls running beside this one counted theirs meanwhile
+            st, _ = load_private(req.state, self.name, RepeatState)
+            st.unbump(key)
+            store_private(req.state, self.name, st)
             raise
