@@ -6,17 +6,20 @@ and calls that wait for a person run alone, in order; a cancel stops only what r
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
+from hango_worker.agent.loop import RunInfo
 from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
 from hango_worker.agent.mw_repeat import RepeatCall, RepeatState, call_key
 from hango_worker.agent.spec import AgentConfig, AgentSpec, AgentSpecError
+from hango_worker.agent.state import dump_state
 from hango_worker.provider.types import ToolResultBlock
-from hango_worker.testing.memory import MemoryRunIO, run_agent
+from hango_worker.testing.memory import MemoryRunIO, make_state, run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import agent, call, scripted
 
@@ -375,3 +378,49 @@ async def test_tool_call_limits_refuse_the_same_calls_as_the_sequential_loop(lim
     assert sorted(t.started()) == ["a", "b"]
     assert [r.is_error for r in results(state)] == [False, False, True, True]
     assert state.private["limits"]["total"] == 2
+
+
+class SnapshotIO(MemoryRunIO):
+    """Keeps `state_json` as each tool result stored it: what Postgres holds after a
+    kill -9 right after that result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.snapshots: list[dict[str, Any]] = []
+
+    async def record_tool_result(self, state: Any, call: Any, result: Any, event: Any) -> None:
+        await super().record_tool_result(state, call, result, event)
+        self.snapshots.append(copy.deepcopy(dump_state(state)))
+
+
+async def test_calls_rerun_after_a_crash_are_counted_once_for_repeats_and_limits() -> None:
+    t = Timeline()
+    same = call("slow", who="same", seconds=0.2)
+    turn = {"tool_calls": [call("slow", who="a", seconds=0.01), same, same]}
+    a = agent(tools=["slow"], max_tool_calls=10)
+    io = SnapshotIO()
+    tool = t.tool("slow", idempotent=True)
+    _, state, _ = await run_agent(a, scripted(turn, {"text": "ok"}), tools=[tool], io=io)
+    whole = state.private
+    # the crash: only a's result is stored, with the counts of the two calls beside it
+    crashed = io.snapshots[0]
+    assert crashed["private"]["limits"]["total"] == 3
+    history = state.messages[:2]
+    again = make_state(a, text=None, history=history)
+    again.private = copy.deepcopy(crashed["private"])
+    first = next(iter(io.tool_results))
+    t.log.clear()
+    outcome, state, _ = await run_agent(
+        a,
+        scripted({}, {"text": "ok"}),
+        tools=[tool],
+        state=again,
+        info=RunInfo(persisted=2, turns_done=1, recorded={first: io.tool_results[first]}),
+    )
+    assert outcome.status == "succeeded"
+    assert t.started() == ["same", "same"]  # only the unfinished ones ran again
+    r = results(state)
+    assert [x.content for x in r] == ["a done", "same done", "same done"]  # none blocked
+    # the same counts as the run that never crashed
+    assert state.private["limits"]["total"] == whole["limits"]["total"] == 3
+    assert state.private["repeat_call"]["recent"] == whole["repeat_call"]["recent"]
