@@ -424,3 +424,23 @@ async def test_calls_rerun_after_a_crash_are_counted_once_for_repeats_and_limits
     # the same counts as the run that never crashed
     assert state.private["limits"]["total"] == whole["limits"]["total"] == 3
     assert state.private["repeat_call"]["recent"] == whole["repeat_call"]["recent"]
+
+
+async def test_a_shutdown_mid_batch_lets_the_calls_finish_and_hands_the_run_back() -> None:
+    t = Timeline()
+    io = MemoryRunIO()
+    turn = {"tool_calls": [call("slow", who=n, seconds=0.2) for n in "abc"]}
+
+    async def shutdown_when_all_run() -> None:
+        while len(t.started()) < 3:
+            await asyncio.sleep(0.01)
+        io.shutdown = True
+
+    stopper = asyncio.ensure_future(shutdown_when_all_run())
+    outcome, state, _ = await run_agent(
+        agent(tools=["slow"]), scripted(turn, {"text": "never"}), tools=[t.tool("slow")], io=io
+    )
+    await stopper
+    assert outcome.status == "released"  # at the turn boundary, after the batch
+    assert [r.content for r in results(state)] == ["a done", "b done", "c done"]
+    assert sorted(io.tool_results) == [f"toolu_s0000_{i}" for i in range(3)]
