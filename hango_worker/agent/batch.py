@@ -3,9 +3,14 @@ resumed attempt finishes. Part of the loop (AgentLoop inherits it); kept apart s
 `agent/loop.py` stays the turn's control flow.
 
 Each call goes through `Chain.tool_call` and its result is recorded as soon as it
-completes (docs/design.md §5.4). A call a middleware suspends (`SuspendRun`, e.g.
-an approval) ends the attempt: the calls of the batch not started yet are kept in
-the waiting record, and the attempt that resumes the run starts exactly those —
+completes (docs/design.md §5.4). Consecutive calls run side by side, at most
+`max_parallel_tools` at once; a call of a `sequential` tool, or one a middleware
+needs in order (an approval), runs alone, after the calls before it and before the
+calls after it. The model gets the results in call order (docs/design.md §5.5).
+
+A call a middleware suspends (`SuspendRun`, e.g. an approval) ends the attempt: the
+calls of the batch not started yet are kept in the waiting record, and the attempt
+that resumes the run starts exactly those —
 each marked started (`RunIO.mark_started`) by the base tool handler, right before
 the tool itself runs, so a crash while one runs makes it "interrupted", never
 executed twice, and a crash before it started leaves it to the next attempt.
@@ -13,7 +18,10 @@ executed twice, and a crash before it started leaves it to the next attempt.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from hango_worker.agent.calls import RunCancelled, until_cancelled
@@ -25,7 +33,7 @@ from hango_worker.agent.state import State, load_private, store_private
 from hango_worker.provider.sanitize import record_sanitized
 from hango_worker.provider.types import Message, StopReason, ToolUseBlock
 from hango_worker.telemetry import genai, metrics
-from hango_worker.telemetry.tracing import turn_span
+from hango_worker.telemetry.tracing import current_turn_span, turn_span
 from hango_worker.tool.registry import View
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 
@@ -39,6 +47,33 @@ class Waiting(Exception):
         self.record = record
 
 
+@dataclass(slots=True)
+class _Batch:
+    """One batch's calls on their way to answers: results by position (the model gets
+    them in call order), the group of calls waiting to run side by side, the `task`
+    calls whose children still run, and the calls a middleware suspended."""
+
+    uses: list[ToolUseBlock]
+    resume_turn: int | None = None  # a resumed batch: groups run under a span of their own
+    results: dict[int, ToolResult] = field(default_factory=dict)
+    group: list[int] = field(default_factory=list)
+    children: list[int] = field(default_factory=list)
+    suspended: list[tuple[int, SuspendRun]] = field(default_factory=list)
+    # ids a wait must not list as not started: answered, waiting on a child, left alone
+    handled: set[str] = field(default_factory=set)
+
+    def answer(self, i: int, result: ToolResult, answered: bool = True) -> None:
+        self.results[i] = result
+        if answered:
+            self.handled.add(self.uses[i].id)
+
+    def blocks(self) -> list[Any]:
+        return [self.results[i].to_block(self.uses[i].id) for i in sorted(self.results)]
+
+    def children_ids(self) -> list[str]:
+        return [self.uses[i].id for i in sorted(self.children)]
+
+
 class ToolBatches:
     chain: Chain
     io: RunIO
@@ -49,36 +84,37 @@ class ToolBatches:
     _counts: ToolCounts | None
     _base_tool_handler: ToolHandler
     _to_mark: set[str]  # calls to mark started just before their tool runs
+    _record_lock: asyncio.Lock  # one result recorded at a time (each its own commit)
 
     async def _tool_batch(self, state: State, uses: list[ToolUseBlock], stop: StopReason) -> None:
-        results = []
+        b = _Batch(uses)
         seen: set[str] = set()
-        children: list[str] = []  # calls whose child runs are still running
         for i, call in enumerate(uses):
+            alone = self._runs_alone(call)
+            if alone:  # the calls before it finish first
+                await self._flush(state, b)
             result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
-            if result is None:
-                try:
-                    result = self._over_limit(state, call) or await self._one_tool(state, call)
-                except AwaitChild:
-                    seen.add(call.id)
-                    children.append(call.id)
-                    continue
-                except SuspendRun as s:
-                    await self._suspend(state, uses[i:], seen, s, children)
             seen.add(call.id)
-            await self.io.record_tool_result(state, call, result, self._tool_event(call, result))
-            results.append(result.to_block(call.id))
-        if children:
+            result = result or self._over_limit(state, call)
+            if result is not None:
+                await self._record(state, call, result)
+                b.answer(i, result)
+                continue
+            b.group.append(i)
+            if alone:
+                await self._flush(state, b)
+        await self._flush(state, b)
+        if b.children:
             metrics.RUNS_SUSPENDED.labels("children").inc()
-            raise Waiting({"reason": "children", "not_started": children})
-        state.messages.append(Message("user", list(results)))
+            raise Waiting({"reason": "children", "not_started": b.children_ids()})
+        state.messages.append(Message("user", b.blocks()))
         state.scratch.clear()
 
     async def _suspend(
         self,
         state: State,
         rest: Sequence[ToolUseBlock],
-        seen: set[str],
+        seen: Collection[str],
         s: SuspendRun,
         children: Sequence[str] = (),
     ) -> NoReturn:
@@ -95,8 +131,7 @@ class ToolBatches:
             if refused is None:
                 not_started.append(call.id)
             else:
-                event = self._tool_event(call, refused)
-                await self.io.record_tool_result(state, call, refused, event)
+                await self._record(state, call, refused)
         detail = dict(s.detail)
         record: dict[str, Any] = {"reason": s.reason, "not_started": not_started}
         for key in ("timeout_s", "on_timeout"):
@@ -119,10 +154,80 @@ class ToolBatches:
                 "invalid_arguments",
             )
         if self.io.cancel_event.is_set():
-            return ToolResult.error(
-                "not executed: the run was cancelled before this call started", "cancelled"
-            )
+            return _cancelled_before()
         return None
+
+    # -- running the calls: alone, or side by side -------------------------------------
+
+    def _runs_alone(self, call: ToolUseBlock) -> bool:
+        """A call of a `sequential` tool, or one a middleware needs in order (an
+        approval), runs alone: after the calls before it, before the calls after it."""
+        if self.settings.max_parallel_tools <= 1:
+            return True
+        tool = self._tools.get(call.name)
+        return (tool is not None and tool.sequential) or self.chain.runs_alone(call)
+
+    async def _flush(self, state: State, b: _Batch) -> None:
+        """Run the calls waiting in `b.group` and record each as it completes. A call a
+        middleware suspended ends the batch there (`_suspend`), once the others of its
+        group have finished; the first such call in call order is the one waited for."""
+        group, b.group = b.group, []
+        if not group:
+            return
+        if b.resume_turn is None:
+            await self._run_group(state, b, group)
+        else:
+            with turn_span("resume tool batch", {"hango.turn.index": b.resume_turn}):
+                await self._run_group(state, b, group)
+        if b.suspended:
+            i, s = min(b.suspended, key=lambda x: x[0])
+            await self._suspend(state, b.uses[i:], b.handled, s, b.children_ids())
+
+    async def _run_group(self, state: State, b: _Batch, group: list[int]) -> None:
+        """One call: run it. Several: run them side by side, at most `max_parallel_tools`
+        at once, each in its own task (its `execute_tool` span a sibling of the others')."""
+        if len(group) == 1:
+            await self._run_call(state, b, group[0], None)
+            return
+        limit = self.settings.max_parallel_tools
+        current_turn_span().add_event(
+            "tool.parallel_group",
+            {"hango.tool.parallel.calls": len(group), "hango.tool.parallel.limit": limit},
+        )
+        metrics.TOOL_PARALLEL_CALLS.observe(len(group))
+        gate = asyncio.Semaphore(limit)
+        tasks = [asyncio.ensure_future(self._run_call(state, b, i, gate)) for i in group]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:  # a failed record (fenced), or the attempt itself cancelled
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks)
+            raise
+
+    async def _run_call(
+        self, state: State, b: _Batch, i: int, gate: asyncio.Semaphore | None
+    ) -> None:
+        call = b.uses[i]
+        async with gate or contextlib.nullcontext():
+            if gate is not None and self.io.cancel_event.is_set():
+                result = _cancelled_before()  # cancelled while it waited for a free slot
+            else:
+                try:
+                    result = await self._one_tool(state, call)
+                except AwaitChild:
+                    b.children.append(i)
+                    b.handled.add(call.id)
+                    return
+                except SuspendRun as s:
+                    b.suspended.append((i, s))
+                    return
+        await self._record(state, call, result)
+        b.answer(i, result)
+
+    async def _record(self, state: State, call: ToolUseBlock, result: ToolResult) -> None:
+        async with self._record_lock:
+            await self.io.record_tool_result(state, call, result, self._tool_event(call, result))
 
     def _load_counts(self, state: State) -> None:
         """Tool-call counts, kept (private state `limits`) only when a tool limit is set."""
@@ -204,7 +309,8 @@ class ToolBatches:
         very turn: `recorded` holds only the pending assistant message's) are reused;
         calls a wait left `not_started` run now (marked started first); idempotent
         tools re-run unless a cancel is pending; the rest are left for
-        RepairToolCalls. A repeated id in the batch gets the duplicate error again."""
+        RepairToolCalls. A repeated id in the batch gets the duplicate error again.
+        The calls that run are grouped as in a fresh batch (`_flush`)."""
         if not state.messages or state.messages[-1].role != "assistant":
             return
         uses = state.messages[-1].tool_uses()
@@ -212,41 +318,46 @@ class ToolBatches:
             return
         self._tools = {t.name: t for t in [*self.view, *self.chain.tools(state)]}
         cancelling = self.io.stop_requested() == "cancel"
-        blocks = []
+        b = _Batch(uses, resume_turn=turn)
         seen: set[str] = set()
-        children: list[str] = []  # calls whose child runs are still running
         for i, call in enumerate(uses):
             if call.id in seen:
-                blocks.append(_duplicate_id(call).to_block(call.id))
+                b.answer(i, _duplicate_id(call), answered=False)
                 continue
+            seen.add(call.id)
             if call.id in recorded:
-                seen.add(call.id)
-                blocks.append(recorded[call.id].to_block(call.id))
+                b.answer(i, recorded[call.id])
                 continue
             tool = self._tools.get(call.name)
             start = call.id in not_started and not cancelling
-            if start or (tool is not None and tool.idempotent and not cancelling):
-                if start:  # marked started right before the tool runs (_base_tool)
-                    self._to_mark.add(call.id)
-                with turn_span("resume tool batch", {"hango.turn.index": turn}):
-                    try:
-                        result = self._over_limit(state, call) or await self._one_tool(state, call)
-                    except AwaitChild:
-                        children.append(call.id)
-                        seen.add(call.id)
-                        continue
-                    except SuspendRun as s:
-                        await self._suspend(state, uses[i:], seen, s, children)
-                await self.io.record_tool_result(
-                    state, call, result, self._tool_event(call, result)
-                )
-                blocks.append(result.to_block(call.id))
-            seen.add(call.id)
-        if children:
+            if not (start or (tool is not None and tool.idempotent and not cancelling)):
+                b.handled.add(call.id)
+                continue  # left for RepairToolCalls
+            alone = self._runs_alone(call)
+            if alone:
+                await self._flush(state, b)
+            if start:  # marked started right before the tool runs (_base_tool)
+                self._to_mark.add(call.id)
+            refused = self._over_limit(state, call)
+            if refused is not None:
+                await self._record(state, call, refused)
+                b.answer(i, refused)
+                continue
+            b.group.append(i)
+            if alone:
+                await self._flush(state, b)
+        await self._flush(state, b)
+        if b.children:
             metrics.RUNS_SUSPENDED.labels("children").inc()
-            raise Waiting({"reason": "children", "not_started": children})
-        if blocks:
-            state.messages.append(Message("user", list(blocks)))
+            raise Waiting({"reason": "children", "not_started": b.children_ids()})
+        if b.results:
+            state.messages.append(Message("user", b.blocks()))
+
+
+def _cancelled_before() -> ToolResult:
+    return ToolResult.error(
+        "not executed: the run was cancelled before this call started", "cancelled"
+    )
 
 
 def _duplicate_id(call: ToolUseBlock) -> ToolResult:

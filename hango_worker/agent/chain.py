@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hango_worker.agent.middleware import (
+    CallOrder,
     Middleware,
     ModelHandler,
     ModelRequest,
@@ -25,7 +26,7 @@ from hango_worker.agent.middleware import (
     ToolWrapper,
 )
 from hango_worker.agent.state import State
-from hango_worker.provider.types import TextBlock
+from hango_worker.provider.types import TextBlock, ToolUseBlock
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import MW_NAME, tracer
 from hango_worker.tool.types import Tool, ToolResult
@@ -87,6 +88,8 @@ class Chain:
         self._contributor_positions = [self.positions[c.name] for c in self.contributors]
         self._model: tuple[ModelHandler, ModelHandler] | None = None
         self._tool: tuple[ToolHandler, ToolHandler] | None = None
+        # checked once per chain (an attempt), like the capabilities above
+        self._ordering: list[CallOrder] = [m for m in mws if isinstance(m, CallOrder)]
 
     async def model_call(self, req: ModelRequest, base: ModelHandler) -> ModelResponse:
         if self._model is None or self._model[0] is not base:
@@ -97,6 +100,10 @@ class Chain:
         if self._tool is None or self._tool[0] is not base:
             self._tool = (base, _compose_tool(self.tool_wrappers, base))
         return await self._tool[1](req)
+
+    def runs_alone(self, call: ToolUseBlock) -> bool:
+        """Whether a middleware needs this call handled alone, in call order."""
+        return any(m.runs_alone(call) for m in self._ordering)
 
     async def before_run(self, state: State) -> None:
         """Each hook once per run attempt, under one `agent.before_run` span."""

@@ -12,6 +12,7 @@ state_json + events), plus one small fenced commit per completed tool call
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Sequence
@@ -53,6 +54,8 @@ from hango_worker.tool.registry import View
 from hango_worker.tool.types import Tool, ToolResult
 from hango_worker.vocab import ErrorType
 
+DEFAULT_MAX_PARALLEL_TOOLS = 8
+
 
 @dataclass(slots=True)
 class LoopSettings:
@@ -66,6 +69,8 @@ class LoopSettings:
     budget: Budget = field(default_factory=Budget)
     deadline: float | None = None  # epoch seconds (agent/limits.py:deadline_of)
     prices: PriceTable = field(default_factory=PriceTable)
+    # tool calls of one response run side by side, at most this many at once (1: in order)
+    max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS
 
 
 @dataclass(slots=True)
@@ -124,6 +129,7 @@ class AgentLoop(ToolBatches):
         self._next = NextCall(max_tokens=agent.config.max_tokens)
         self._counts: ToolCounts | None = None
         self._to_mark: set[str] = set()
+        self._record_lock = asyncio.Lock()
         self._done = 0  # model turns completed by this run (all attempts)
         self._states: list[tuple[int, str]] = []  # (turn, state at its end, as JSON)
         self._last_state: str | None = None

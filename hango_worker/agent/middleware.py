@@ -146,3 +146,14 @@ class PromptContributor(Protocol):
     name: str
 
     def system_blocks(self, state: State) -> list[TextBlock]: ...
+
+
+@runtime_checkable
+class CallOrder(Protocol):
+    """A middleware that needs some calls handled alone, in call order (e.g. a call
+    that waits for a person's approval): the batch's calls before such a call finish
+    first and the calls after it start after it (docs/design.md §5.5)."""
+
+    name: str
+
+    def runs_alone(self, call: ToolUseBlock) -> bool: ...

@@ -161,7 +161,9 @@ class Filesystem:
         description, schema = SPECS[name]
         # idempotent: a call whose result was not recorded wrote nothing (the file rides
         # on the result's commit), so running it again after a crash is exactly right
-        return Tool(name, description, schema, call, idempotent=True)
+        # sequential: a write changes what the later calls of the response read
+        writes = name in ("write_file", "edit_file")
+        return Tool(name, description, schema, call, idempotent=True, sequential=writes)
 
     async def _ls(self, state: State, args: dict[str, Any], ctx: ToolContext) -> str:
         directory = f.norm_path(args.get("path") or "/", directory=True)

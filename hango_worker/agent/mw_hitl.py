@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
 from hango_worker.agent.state import State
+from hango_worker.provider.types import ToolUseBlock
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import middleware_event
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
@@ -121,8 +122,15 @@ class HumanInTheLoop:
             async def never(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
                 return ToolResult.error("ask_user can only run through the human-in-the-loop")
 
-            self._tool = Tool(ASK_USER, ASK_DESCRIPTION, ASK_SCHEMA, never)
+            self._tool = Tool(ASK_USER, ASK_DESCRIPTION, ASK_SCHEMA, never, sequential=True)
         return [self._tool]
+
+    def runs_alone(self, call: ToolUseBlock) -> bool:
+        """A call that may wait for a person is handled alone and in order, as in a
+        sequential batch: the calls before it finish first, the later ones wait."""
+        if call.name not in self.allowed:
+            return False
+        return call.name == ASK_USER or next_rule(self.rules, call.name, call.input) is not None
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         call = req.call

@@ -219,7 +219,8 @@ class Memory:
             async def call(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
                 return await self.run_command(state, args, ctx)
 
-            tool = Tool(TOOL_NAME, DESCRIPTION, SCHEMA, call, idempotent=False)
+            # sequential: it changes the memory (and its block) the later calls see
+            tool = Tool(TOOL_NAME, DESCRIPTION, SCHEMA, call, idempotent=False, sequential=True)
             self._bound = (state, tool)
         return [self._bound[1]]
 

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
-from hango_worker.agent.state import load_private, store_private
+from hango_worker.agent.state import State, load_private, store_private
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import middleware_event
 from hango_worker.tool.types import ToolResult
@@ -41,9 +41,22 @@ MAX_TRACKED = 64
 
 
 class RepeatState(BaseModel):
-    """Documented default: no call seen yet. `recent` is (key, count), oldest first."""
+    """Documented default: no call seen yet. `recent` is (key, count), oldest first.
+    `calls` is (tool_use id, calls made before it) for the calls of the batch in
+    progress: a call counted in an attempt that crashed (its count stored with a call
+    that ran beside it) is judged the same, not counted again, when it runs after."""
 
     recent: list[tuple[str, int]] = Field(default_factory=list)
+    calls: list[tuple[str, int]] = Field(default_factory=list)
+
+    def count(self, key: str, call_id: str, batch: set[str]) -> int:
+        """Count the call `call_id` of `key` once; returns how many were made before it."""
+        for i, prior in self.calls:
+            if i == call_id:
+                return prior
+        prior = self.bump(key)
+        self.calls = [(i, n) for i, n in self.calls if i in batch] + [(call_id, prior)]
+        return prior
 
     def bump(self, key: str) -> int:
         """Count one more call of `key`; returns how many were made before it."""
@@ -58,6 +71,16 @@ class RepeatState(BaseModel):
             del self.recent[: len(self.recent) - MAX_TRACKED]
         return prior
 
+    def unbump(self, key: str) -> None:
+        """Take back one call of `key` (one that was counted but not made)."""
+        for i, (k, n) in enumerate(self.recent):
+            if k == key:
+                if n > 1:
+                    self.recent[i] = (k, n - 1)
+                else:
+                    del self.recent[i]
+                return
+
 
 class RepeatCall:
     name = "repeat_call"
@@ -69,9 +92,8 @@ class RepeatCall:
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:
         st, _ = load_private(req.state, self.name, RepeatState)
-        before = st.model_copy(deep=True)
         key = call_key(req.call.name, req.call.input)
-        prior = st.bump(key)
+        prior = st.count(key, req.call.id, _batch_ids(req.state))
         store_private(req.state, self.name, st)
         if prior + 1 >= self.threshold:
             tool = req.call.name
@@ -92,5 +114,18 @@ class RepeatCall:
         try:
             return await next(req)
         except SuspendRun:  # the call waits for a person: it was not made, so not counted
-            store_private(req.state, self.name, before)
+            # taken back from the state as it is now, not restored from a copy made
+            # before: calls running beside this one counted theirs meanwhile
+            st, _ = load_private(req.state, self.name, RepeatState)
+            st.unbump(key)
+            st.calls = [(i, n) for i, n in st.calls if i != req.call.id]
+            store_private(req.state, self.name, st)
             raise
+
+
+def _batch_ids(state: State) -> set[str]:
+    """The ids of the batch in progress: the calls of the newest assistant message."""
+    for m in reversed(state.messages):
+        if m.role == "assistant":
+            return {u.id for u in m.tool_uses()}
+    return set()

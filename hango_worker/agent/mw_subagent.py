@@ -70,7 +70,11 @@ class Subagent:
                 return ToolResult.error("task runs only through the subagent middleware")
 
             # idempotent: after a crash the call is made again and finds its child
-            self._tool = Tool(TOOL_NAME, DESCRIPTION, schema(self.types), never, idempotent=True)
+            # sequential: each call creates its child run in order (it only starts the
+            # child, which runs elsewhere, so the children still run at the same time)
+            self._tool = Tool(
+                TOOL_NAME, DESCRIPTION, schema(self.types), never, idempotent=True, sequential=True
+            )
         return [self._tool]
 
     async def wrap_tool_call(self, req: ToolCallRequest, next: ToolHandler) -> ToolResult:

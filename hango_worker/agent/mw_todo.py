@@ -124,7 +124,8 @@ class Todo:
             async def call(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
                 return apply(state, args)
 
-            tool = Tool(TOOL_NAME, DESCRIPTION, SCHEMA, call, idempotent=True)
+            # sequential: it changes the run's plan (State.todos)
+            tool = Tool(TOOL_NAME, DESCRIPTION, SCHEMA, call, idempotent=True, sequential=True)
             self._bound = (state, tool)
         return [self._bound[1]]
 

@@ -37,6 +37,9 @@ class AgentConfig(Budget):
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
+    # a response's tool calls run side by side, at most this many at once (1: one after
+    # another; None: agent/loop.py DEFAULT_MAX_PARALLEL_TOOLS)
+    max_parallel_tools: int | None = Field(default=None, ge=1, le=64)
     temperature: float | None = Field(default=None, ge=0, le=1)
     # at a limit (max_turns): one last tool-free call for the answer, or fail (agent/limits.py)
     on_limit: Literal["answer", "fail"] = "answer"

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
-from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.loop import DEFAULT_MAX_PARALLEL_TOOLS, AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import MemoryBinding, MemoryScopeError, scope_for
@@ -346,6 +346,7 @@ def _build_loop(
         budget=budget,
         deadline=deadline_of(budget, over, c.started_s),
         prices=price_table(s),
+        max_parallel_tools=agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS,
     )
     pub = deps.text
 

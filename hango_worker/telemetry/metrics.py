@@ -72,6 +72,11 @@ CONTEXT_TOKENS = Histogram(
     "Input tokens of each model request as a fraction of the model's context window.",
     buckets=CONTEXT_FRACTION_BUCKETS,
 )
+TOOL_PARALLEL_CALLS = Histogram(
+    "hango_tool_parallel_calls",
+    "Tool calls run side by side in one group of a response's batch (groups of two or more).",
+    buckets=[2, 3, 4, 6, 8, 12, 16, 24, 32, 64],
+)
 RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
 RUNS_FINISHED = Counter(
     "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
-from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.loop import DEFAULT_MAX_PARALLEL_TOOLS, AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
@@ -297,6 +297,7 @@ async def run_agent(
         on_limit=agent.config.on_limit,
         budget=budget,
         deadline=deadline_of(budget, limits, time.time()),
+        max_parallel_tools=agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS,
     )
     loop = AgentLoop(
         agent, Chain(stack), registry.view(agent.tools), provider, io, settings, on_text

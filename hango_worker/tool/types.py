@@ -102,7 +102,10 @@ ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[Any] | Any]
 class Tool:
     """A callable tool. `idempotent` tools may be re-executed after a crash;
     others never are (their interrupted calls are repaired instead). `timeout_s`
-    bounds one call (None: DEFAULT_TOOL_TIMEOUT_S)."""
+    bounds one call (None: DEFAULT_TOOL_TIMEOUT_S). `sequential` tools run alone, in
+    call order: the calls of one response before one finish first, the calls after it
+    start after it (tools that change run state); the others may run side by side with
+    the other calls of their response (docs/design.md §5.5)."""
 
     name: str
     description: str
@@ -110,6 +113,7 @@ class Tool:
     call: ToolFn
     idempotent: bool = False
     timeout_s: float | None = None
+    sequential: bool = False
     _validator: Any = field(default=None, init=False, repr=False)
 
     def spec(self) -> ToolSpec:
