@@ -37,7 +37,7 @@ HEADERS = {
     "connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
     "base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make form posts send Origin: null
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }

@@ -40,6 +40,7 @@ class TextHub:
         self.conn: asyncpg.Connection | None = None
         self.subs: dict[str, set[asyncio.Queue[tuple[int, str]]]] = {}
         self._lock = asyncio.Lock()
+        self.closing = False  # the server is stopping: streams end at their next poll
 
     async def _ensure(self) -> None:
         async with self._lock:
@@ -112,6 +113,8 @@ async def follow(
                 yield sse("text", {"text": chunk})
             if stream_over(run):
                 yield sse("end", {"status": run["status"]})
+                return
+            if hub.closing:
                 return
             quiet += poll_s
             if quiet >= HEARTBEAT_S:

@@ -28,15 +28,15 @@ def _head(run: dict[str, Any], agent: str, trace_url: str) -> Html:
     )  # fmt: skip
     return render(
         "<h1>Run <code>{id}</code></h1><p>{status} · agent <strong>{agent}</strong> · "
-        "attempt {attempt} · created {created} · started {started} · finished {finished}"
+        "attempt {attempt} · created {created}{started}{finished}"
         "{parent}</p><p class=muted>session {session} · {trace}</p>",
         id=run["id"],
         status=status_span(run["status"]),
         agent=agent,
         attempt=run["attempt"],
         created=str(run["created_at"])[:19],
-        started=str(run.get("started_at") or "")[:19],
-        finished=str(run.get("finished_at") or "")[:19],
+        started=f" · started {str(run['started_at'])[:19]}" if run.get("started_at") else "",
+        finished=f" · finished {str(run['finished_at'])[:19]}" if run.get("finished_at") else "",
         parent=parent,
         session=run["session_id"],
         trace=_trace(run["id"], trace_url),

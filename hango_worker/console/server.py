@@ -84,6 +84,7 @@ async def running(settings: Settings, dsn: str) -> AsyncIterator[Running]:
         host = f"[{host}]" if ":" in host else host
         yield Running(f"http://{host}:{port}", server, task)
     finally:
+        console.hub.closing = True
         server.should_exit = True
         with contextlib.suppress(Exception):
             await task
