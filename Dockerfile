@@ -73,6 +73,9 @@ WORKDIR /var/lib/hango
 
 # /metrics, /healthz, /readyz (HANGO_METRICS_PORT).
 EXPOSE 9464
+# The run console, only when the container runs `console` (docs/operations.md): it
+# listens on 127.0.0.1 unless HANGO_CONSOLE_HOST=0.0.0.0 is set.
+EXPOSE 9470
 
 # Liveness of the process (not of the database: that is /readyz). Port 0
 # (ephemeral) cannot be probed; keep a fixed port in containers.

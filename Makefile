@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock
+.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock test-browser
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy hango_worker
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -x -p no:cacheprovider
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider --ignore=tests/browser
 
 test: lint typecheck unit
 
@@ -43,6 +43,24 @@ test-deploy:
 	fi
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/tests/*.yaml
+
+# The run console in a real browser (tests/browser): Debian's chromium driven headless by
+# Playwright, never a downloaded browser. Installed here when missing (needs root).
+CHROMIUM ?= /usr/bin/chromium
+
+test-browser: $(STAMP)
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing Debian's chromium package for the browser tests"; \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -q --no-install-recommends chromium; \
+		else \
+			echo "test-browser: no browser at $(CHROMIUM); install it (Debian: apt-get install chromium) or set CHROMIUM=" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	@test -x "$(CHROMIUM)" || { echo "test-browser: $(CHROMIUM) is still missing" >&2; exit 1; }
+	HANGO_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
 
 # constraints.txt: every runtime dependency pinned (the image installs with it). Refresh
 # after changing dependencies in pyproject.toml: a fresh venv, the package and its

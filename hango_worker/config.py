@@ -23,6 +23,8 @@ class ConfigError(ValueError):
     pass
 
 
+HEADER = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}")
+MIN_TOKEN = 32  # characters of a console token
 HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*")
 
 
@@ -35,6 +37,17 @@ class ModelPriceSetting(BaseModel):
     cache_write_5m: float = Field(ge=0)
     cache_write_1h: float = Field(ge=0)
     cache_read: float = Field(ge=0)
+
+
+class ConsoleGrant(BaseModel):
+    """What one console credential (a token, or a user named by the trusted proxy) may do:
+    `read` (pages, live text) or `act` (read, and approve / reject / answer), in the
+    tenants listed (tenant ids; empty: the default tenant)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    role: Literal["read", "act"]
+    tenants: tuple[uuid.UUID, ...] = ()
+    name: str = Field(default="", max_length=100, pattern=r"^[A-Za-z0-9._@-]*$")
 
 
 class Settings(BaseSettings):
@@ -73,6 +86,24 @@ class Settings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["json", "text"] = "json"
+    # `hango-worker console` (docs/operations.md, the run console)
+    console_host: str = Field(default="127.0.0.1", description="address the console listens on")
+    console_port: int = Field(default=9470, ge=0, le=65535, description="0 = ephemeral")
+    console_tokens: dict[str, ConsoleGrant] = Field(
+        default_factory=dict,
+        description='JSON {"<token of 32+ characters>": {"role": "read"|"act", '
+        '"tenants": ["<tenant id>", …]}}',
+    )
+    console_proxy_header: str = Field(
+        default="", description="header a trusted proxy sets to the signed-in user's name"
+    )
+    console_proxy_users: dict[str, ConsoleGrant] = Field(
+        default_factory=dict,
+        description='JSON {"<user>": {"role": "read"|"act", "tenants": [...]}}',
+    )
+    console_trace_url: str = Field(
+        default="", description="link to a run's trace: a URL with {run_id} in it"
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -83,7 +114,29 @@ class Settings(BaseSettings):
             raise ValueError("must start with postgresql://")
         return v
 
-    @field_validator("metrics_host")
+    @field_validator("console_tokens")
+    @classmethod
+    def _tokens(cls, v: dict[str, ConsoleGrant]) -> dict[str, ConsoleGrant]:
+        for token in v:
+            if len(token) < MIN_TOKEN or not token.isascii() or not token.isprintable():
+                raise ValueError(f"each token must be {MIN_TOKEN}+ printable ASCII characters")
+        return v
+
+    @field_validator("console_proxy_header")
+    @classmethod
+    def _header(cls, v: str) -> str:
+        if v and not HEADER.fullmatch(v):
+            raise ValueError("must be an HTTP header name (letters, digits, -)")
+        return v.lower()
+
+    @field_validator("console_trace_url")
+    @classmethod
+    def _trace_url(cls, v: str) -> str:
+        if v and (not v.startswith(("http://", "https://")) or "{run_id}" not in v):
+            raise ValueError("must be an http(s) URL containing {run_id}")
+        return v
+
+    @field_validator("metrics_host", "console_host")
     @classmethod
     def _host(cls, v: str) -> str:
         with contextlib.suppress(ValueError):

@@ -23,6 +23,7 @@ PRODUCTION = {
     "cli",
     "client",
     "config",
+    "console",
     "demo",
     "provider",
     "render",
@@ -51,6 +52,8 @@ ALLOWED: dict[str, set[str]] = {
     "watch": {"render", "store", "telemetry", "vocab"},
     "client": {"provider", "agent", "store", "telemetry", "config", "vocab"},
     "service": {"config", "provider", "tool", "agent", "run", "store", "telemetry", "vocab"},
+    # the run console: a top-level consumer like cli (its own process)
+    "console": {"config", "render", "store", "telemetry", "vocab"},
     "demo": {"config", "provider", "render", "run", "service", "store", "telemetry", "vocab"},
     "cli": PRODUCTION - {"cli", "client"},
     "testing": PRODUCTION - {"cli", "demo", "service"},

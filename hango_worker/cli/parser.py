@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     _runs(sub, cmd)
     _memory(sub, cmd)
     _skills(sub, cmd)
+    _console(sub, cmd)
 
     g = cmd(
         "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
@@ -96,6 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--tenant", type=a_uuid("a tenant id"), help="only this tenant (default: all)")
     g.add_argument("--json", action="store_true", help="(the summary is always JSON)")
     return p
+
+
+def _console(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
+    from hango_worker.cli.console import cmd_console
+
+    cmd(
+        "console",
+        cmd_console,
+        "serve the run console (web pages) on HANGO_CONSOLE_HOST:HANGO_CONSOLE_PORT; needs "
+        "HANGO_CONSOLE_TOKENS or HANGO_CONSOLE_PROXY_HEADER",
+    )
 
 
 def _agents(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:

@@ -188,6 +188,18 @@ RUNS_FAILED = Counter(
 # anything else is "other".
 KNOWN_ERROR_TYPES = MODEL_ERROR_TYPES | RUN_ERROR_TYPES
 
+# The run console (`hango-worker console`, its own process and /metrics).
+CONSOLE_REQUESTS = Counter(
+    "hango_console_requests_total",
+    "Console requests, by route (its template) and status code.",
+    ["route", "code"],
+)
+CONSOLE_DECISIONS = Counter(
+    "hango_console_decisions_total",
+    "Decisions made in the console and recorded (approve, reject, answer).",
+    ["decision"],
+)
+
 
 def error_type_label(error_type: object) -> str:
     return str(error_type) if error_type in KNOWN_ERROR_TYPES else "other"
