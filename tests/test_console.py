@@ -110,6 +110,8 @@ async def test_refusals_have_the_right_status_and_change_nothing(
         page = (await c.get(f"/runs/{run_id}", headers=bearer(READ))).text
         assert 'name="csrf"' not in page and "Read-only" in page
         # a browser signed in (cookie) and lured to another site that posts the form
+        opaque = await c.post("/login", data={"token": ACT}, headers={"Origin": "null"})
+        assert opaque.status_code == 403 and "set-cookie" not in opaque.headers
         login = await c.post("/login", data={"token": ACT})
         assert login.status_code == 303 and "samesite=strict" in login.headers["set-cookie"].lower()
         evil = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
