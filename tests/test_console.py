@@ -304,3 +304,28 @@ def _nodes(plan: dict[str, Any]) -> Any:
     yield plan
     for child in plan.get("Plans", []):
         yield from _nodes(child)
+
+
+async def test_answer_a_question_in_the_console(pool: asyncpg.Pool, dsn: str) -> None:
+    await make_agent(pool, name="asker", tools=["ask_user"])
+    run_id = await enqueue(pool, "deploy it", agent="asker")
+    turns = scripted(
+        {"tool_calls": [call("ask_user", question="Which <region>?")]}, {"text": "deploying"}
+    )
+    await run_until_idle(dsn, turns)
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url) as c:
+        await c.post("/login", data={"token": ACT})
+        page = (await c.get(f"/runs/{run_id}")).text
+        assert "Waiting for an answer" in page and "Which &lt;region&gt;?" in page
+        assert 'id="approve"' not in page and 'id="answer"' in page
+        waiting = (await c.get("/waiting")).text
+        assert run_id in waiting and "an answer" in waiting
+        r = await c.post(
+            f"/runs/{run_id}/answer", data={"csrf": csrf_of(page), "text": "eu-west-1"}
+        )
+        assert r.status_code == 303
+    await run_until_idle(dsn, turns)
+    run = await details(pool, run_id)
+    assert run["status"] == "succeeded"
+    results = [b for m in run["transcript"] for b in m["content"] if b["type"] == "tool_result"]
+    assert "eu-west-1" in json.dumps(results[0]["content"])
