@@ -329,3 +329,25 @@ async def test_answer_a_question_in_the_console(pool: asyncpg.Pool, dsn: str) ->
     assert run["status"] == "succeeded"
     results = [b for m in run["transcript"] for b in m["content"] if b["type"] == "tool_result"]
     assert "eu-west-1" in json.dumps(results[0]["content"])
+
+
+async def test_a_malformed_run_shows_markers_not_a_server_error(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    await make_agent(pool)
+    run_id = await enqueue(pool, "hi")
+    await run_until_idle(dsn, scripted({"text": "hello"}))
+    await pool.execute(
+        "UPDATE messages SET content = '\"just a string\"'::jsonb WHERE run_id = $1 AND seq = 1",
+        run_id,
+    )
+    await pool.execute(
+        "UPDATE runs SET error = '\"boom\"'::jsonb, state_json = '{\"todos\": 3}'::jsonb "
+        "WHERE id = $1",
+        run_id,
+    )
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url, headers=bearer(READ)) as c:
+        r = await c.get(f"/runs/{run_id}")
+    assert r.status_code == 200
+    assert "[malformed message: str]" in r.text and "error (malformed)" in r.text
+    assert "[malformed todos]" in r.text and "hello" in r.text
