@@ -34,7 +34,7 @@ from bench.common import (
     start_server,
 )
 from hango_worker.client import enqueue as client_enqueue
-from hango_worker.store import embedded, repo
+from hango_worker.store import db, embedded, repo
 
 # store/repo.py's enqueue statement before migration 0009_producer_api (reference only)
 BEFORE = """
@@ -112,11 +112,13 @@ async def main(n: int, reps: int) -> None:
     try:
         check_durable(await pg_settings(admin))
         dsn = await create_database(admin, "bench_enqueue", migrated=True)
-        conn = await asyncpg.connect(dsn)
+        pool = await db.create_pool(dsn, min_size=1, max_size=1)
         await repo.create_agent(
-            conn, tenant_id=repo.DEFAULT_TENANT_ID, name="bench", model="m", system=[],
+            pool, tenant_id=repo.DEFAULT_TENANT_ID, name="bench", model="m", system=[],
             tools=[], config={},
         )  # fmt: skip
+        await pool.close()
+        conn = await asyncpg.connect(dsn)  # a producer's plain connection
         for one_tx in (False, True):
             samples: dict[str, list[float]] = {k: [] for k in WAYS}
             for _ in range(reps):

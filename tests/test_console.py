@@ -110,6 +110,8 @@ async def test_refusals_have_the_right_status_and_change_nothing(
         page = (await c.get(f"/runs/{run_id}", headers=bearer(READ))).text
         assert 'name="csrf"' not in page and "Read-only" in page
         # a browser signed in (cookie) and lured to another site that posts the form
+        opaque = await c.post("/login", data={"token": ACT}, headers={"Origin": "null"})
+        assert opaque.status_code == 403 and "set-cookie" not in opaque.headers
         login = await c.post("/login", data={"token": ACT})
         assert login.status_code == 303 and "samesite=strict" in login.headers["set-cookie"].lower()
         evil = {"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}
@@ -302,3 +304,50 @@ def _nodes(plan: dict[str, Any]) -> Any:
     yield plan
     for child in plan.get("Plans", []):
         yield from _nodes(child)
+
+
+async def test_answer_a_question_in_the_console(pool: asyncpg.Pool, dsn: str) -> None:
+    await make_agent(pool, name="asker", tools=["ask_user"])
+    run_id = await enqueue(pool, "deploy it", agent="asker")
+    turns = scripted(
+        {"tool_calls": [call("ask_user", question="Which <region>?")]}, {"text": "deploying"}
+    )
+    await run_until_idle(dsn, turns)
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url) as c:
+        await c.post("/login", data={"token": ACT})
+        page = (await c.get(f"/runs/{run_id}")).text
+        assert "Waiting for an answer" in page and "Which &lt;region&gt;?" in page
+        assert 'id="approve"' not in page and 'id="answer"' in page
+        waiting = (await c.get("/waiting")).text
+        assert run_id in waiting and "an answer" in waiting
+        r = await c.post(
+            f"/runs/{run_id}/answer", data={"csrf": csrf_of(page), "text": "eu-west-1"}
+        )
+        assert r.status_code == 303
+    await run_until_idle(dsn, turns)
+    run = await details(pool, run_id)
+    assert run["status"] == "succeeded"
+    results = [b for m in run["transcript"] for b in m["content"] if b["type"] == "tool_result"]
+    assert "eu-west-1" in json.dumps(results[0]["content"])
+
+
+async def test_a_malformed_run_shows_markers_not_a_server_error(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    await make_agent(pool)
+    run_id = await enqueue(pool, "hi")
+    await run_until_idle(dsn, scripted({"text": "hello"}))
+    await pool.execute(
+        "UPDATE messages SET content = '\"just a string\"'::jsonb WHERE run_id = $1 AND seq = 1",
+        run_id,
+    )
+    await pool.execute(
+        "UPDATE runs SET error = '\"boom\"'::jsonb, state_json = '{\"todos\": 3}'::jsonb "
+        "WHERE id = $1",
+        run_id,
+    )
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url, headers=bearer(READ)) as c:
+        r = await c.get(f"/runs/{run_id}")
+    assert r.status_code == 200
+    assert "[malformed message: str]" in r.text and "error (malformed)" in r.text
+    assert "[malformed todos]" in r.text and "hello" in r.text

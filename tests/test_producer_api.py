@@ -72,6 +72,9 @@ async def test_a_trigger_enqueues_with_the_business_write_and_a_rollback_queues_
     await conn.add_listener("hango_runs", lambda c, p, ch, payload: woken.append(payload))
     try:
         await conn.execute(example("trigger"))
+        # the business write as an application with the producer role and its own table
+        await conn.execute("GRANT SELECT, INSERT ON orders TO hango_producer")
+        await conn.execute("SET ROLE hango_producer")
         with pytest.raises(RuntimeError):
             async with conn.transaction():
                 await conn.execute("INSERT INTO orders VALUES (1, 'ada', 'two lamps')")
@@ -429,6 +432,9 @@ async def test_hango_done_announces_each_run_that_ends_and_cancel_resume_follow_
     done: list[str] = []
     await conn.add_listener("hango_done", lambda c, p, ch, payload: done.append(payload))
     try:
+        await conn.execute(  # another tenant sees none of these runs
+            "INSERT INTO tenants (id, name) VALUES (gen_random_uuid(), 'other')"
+        )
         ok = await conn.fetchval("SELECT hango_api.enqueue('support', '{\"text\": \"a\"}')")
         stop = await conn.fetchval("SELECT hango_api.enqueue('support', '{\"text\": \"b\"}')")
         assert await conn.fetchval("SELECT hango_api.cancel($1)", stop) == "cancelled"
@@ -437,7 +443,9 @@ async def test_hango_done_announces_each_run_that_ends_and_cancel_resume_follow_
             ("SELECT hango_api.resume($1)", ok, "QH006", "is not cancelled or failed"),
             ("SELECT hango_api.cancel($1)", uuid.uuid4(), "QH005", "in this tenant"),
             ("SELECT hango_api.resume($1)", uuid.uuid4(), "QH005", "in this tenant"),
-            ("SELECT hango_api.cancel($1, 'other')", ok, "QH001", "no tenant 'other'"),
+            ("SELECT hango_api.cancel($1, 'nobody')", ok, "QH001", "no tenant 'nobody'"),
+            ("SELECT hango_api.cancel($1, 'other')", ok, "QH005", "in this tenant"),
+            ("SELECT hango_api.resume($1, 'other')", stop, "QH005", "in this tenant"),
         ]:
             with pytest.raises(asyncpg.PostgresError) as e:
                 await conn.fetchval(sql, arg)
