@@ -322,7 +322,7 @@ async def test_the_attempt_cancelled_mid_batch_leaves_no_call_running() -> None:
             agent(tools=["slow"]), scripted(turn, {"text": "x"}), tools=[t.tool("slow")], io=io
         )
     )
-    while "end fast" not in t.log or len(t.started()) < 3:
+    while "toolu_s0000_0" not in io.tool_results or len(t.started()) < 3:
         await asyncio.sleep(0.01)
     attempt.cancel()  # what a hard stop does to the attempt's task
     with pytest.raises(asyncio.CancelledError):

@@ -90,7 +90,8 @@ class ToolBatches:
         b = _Batch(uses)
         seen: set[str] = set()
         for i, call in enumerate(uses):
-            alone = self._runs_alone(call)
+            # a repeated id waits too: the call that owns the id is recorded first
+            alone = self._runs_alone(call) or call.id in seen
             if alone:  # the calls before it finish first
                 await self._flush(state, b)
             result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
