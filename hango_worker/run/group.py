@@ -96,7 +96,7 @@ class GroupCommit:
             return
         # one lock order for every transaction that locks several runs rows (the
         # heartbeat's UPDATE walks runs_pkey): no deadlock between them
-        batch.sort(key=lambda w: str(w.args[0]))
+        batch.sort(key=lambda w: str(w.args[0]) if w.args else "")
         try:
             async with self.pool.acquire() as con, con.transaction():
                 rows = [await con.fetchrow(w.query, *w.args) for w in batch]
