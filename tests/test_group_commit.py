@@ -68,24 +68,35 @@ async def _texts(pool: asyncpg.Pool, run_id: str) -> list[str]:
     return [r["t"] for r in rows]
 
 
+async def _xids(pool: asyncpg.Pool, run_ids: list[str]) -> int:
+    """How many transactions last wrote these runs' rows."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(DISTINCT xmin::text) FROM runs WHERE id = ANY($1::uuid[])", run_ids
+        )
+    )
+
+
 async def test_a_stolen_lease_rejects_only_its_run_in_a_shared_commit(
     pool: asyncpg.Pool,
 ) -> None:
-    a, b = await _claimed(pool, 2)
+    a, b, c = await _claimed(pool, 3)
     await pool.execute(  # another worker took b over (its lease expired and was reclaimed)
         "UPDATE runs SET lease_owner = 'thief', attempt = attempt + 1 WHERE id = $1", b.run_id
     )
     gc = GroupCommit(pool)
-    io_a, io_b = _io(pool, a, gc), _io(pool, b, gc)
+    io_a, io_b, io_c = _io(pool, a, gc), _io(pool, b, gc), _io(pool, c, gc)
     before = _batches()
     res = await asyncio.gather(
-        _turn(io_a, "a's answer"), _turn(io_b, "b's"), return_exceptions=True
+        _turn(io_a, "a's answer"), _turn(io_b, "b's"), _turn(io_c, "c's"), return_exceptions=True
     )
     after = _batches()
-    assert (after[0] - before[0], after[1] - before[1]) == (1, 2)  # one transaction, two writes
-    assert res[0] is None
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
+    assert await _xids(pool, [a.run_id, c.run_id]) == 1  # one transaction for both
+    assert res[0] is None and res[2] is None
     assert isinstance(res[1], Fenced) and io_b.lost and not io_a.lost
     assert await _texts(pool, a.run_id) == ["go", "a's answer"]
+    assert await _texts(pool, c.run_id) == ["go", "c's"]
     assert await _texts(pool, b.run_id) == []
     owner = await pool.fetchval("SELECT lease_owner FROM runs WHERE id = $1", b.run_id)
     assert owner == "thief"
@@ -138,6 +149,7 @@ async def test_writes_arriving_during_a_commit_share_the_next_one(pool: asyncpg.
     await asyncio.gather(first, *rest)
     after = _batches()
     assert (after[0] - before[0], after[1] - before[1]) == (2, 5)
+    assert await _xids(pool, [c.run_id for c in claims]) == 2  # the first, then the rest
     for i, c in enumerate(claims[1:]):
         assert await _texts(pool, c.run_id) == ["go", f"next {i}"]
 
