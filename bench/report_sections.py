@@ -11,6 +11,7 @@ PLOT_NAME = "benchmarks-per-turn.png"
 
 LABELS = {
     "hango": "hango-worker",
+    "floor": "floor: raw asyncpg, one INSERT message + UPDATE state per turn, one commit",
     "hango+todo": "hango-worker, write_todos every 10th turn",
     "hango+compaction": "hango-worker, 8 KB tool results, 30k-token window (compaction)",
     "langchain-sync": 'LangChain create_agent, durability="sync"',
@@ -233,8 +234,10 @@ def _per_turn_ratios(pt: dict[str, Any]) -> str:
         rows.append([name, ", ".join(f"{k}: {x(val)}" for k, val in rr.items())])
     if not rows:
         return "(LangChain was not installed in this run: no ratios.)"
-    return "Ratios (LangChain \u00f7 hango-worker, medians; bytes = table growth):\n\n" + table(
-        ["compared", "ratios"], rows
+    return (
+        "Ratios (medians; LangChain \u00f7 hango-worker: how much cheaper hango-worker is, "
+        "bytes = table growth; hango-worker \u00f7 floor: how far a hango turn is from the "
+        "least a durable turn can cost):\n\n" + table(["compared", "ratios"], rows)
     )
 
 
