@@ -48,7 +48,7 @@ def summary(r: dict[str, Any]) -> str:
         v = pt["variants"]
         wins = ordered(v["hango"]["windows"])
         first, last = wins[0], wins[-1]
-        for key in [k for k in ("hango", "langchain-sync") if k in v]:
+        for key in [k for k in ("hango", "floor", "langchain-sync") if k in v]:
             res = v[key]
             w, c = res["windows"], res["cpu_windows"]
             rows.append(
@@ -68,6 +68,15 @@ def summary(r: dict[str, Any]) -> str:
                     f"bytes per turn: table growth / live rows ({LABELS[key]})",
                     f"{fmt(res['bytes_per_turn'], ' B', 0)} / "
                     f"{fmt(res['live_bytes_per_turn'], ' B', 0)}",
+                ]
+            )
+        fr = pt.get("ratios", {}).get("hango/floor")
+        if fr:
+            rows.append(
+                [
+                    "per-turn wall, hango-worker \u00f7 floor",
+                    f"turns {first}: {x(fr['wall ' + first])}, turns {last}: "
+                    f"{x(fr['wall ' + last])}",
                 ]
             )
         rows += _compaction_summary(v, first, last)
