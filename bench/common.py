@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import statistics
@@ -122,12 +123,20 @@ def with_database(dsn: str, name: str) -> str:
     return urlunsplit((p.scheme, p.netloc, "/" + name, p.query, p.fragment))
 
 
+# The postmaster of the benchmark's own server: its CPU (and its backends') is the
+# server-side cost. Other Postgres servers on the machine are not counted.
+_postmaster_pid: int | None = None
+
+
 def start_server(data_dir: str) -> tuple[Any, str]:
     """The embedded Postgres 18, its settings as they come (durable defaults,
     max_connections included: a worker's pool no longer grows with its runs)."""
     from hango_worker.store import embedded
 
-    return embedded.start(data_dir)
+    global _postmaster_pid
+    server, dsn = embedded.start(data_dir)
+    _postmaster_pid = server.get_pid()
+    return server, dsn
 
 
 async def pg_settings(dsn: str) -> dict[str, str]:
@@ -190,11 +199,22 @@ async def live_bytes(conn: asyncpg.Connection, tables: Sequence[str]) -> int:
 
 
 def postgres_cpu_seconds() -> float:
-    """User + system CPU of every `postgres` process on this machine (server side cost)."""
+    """User + system CPU of the benchmark's Postgres server: its postmaster, the backends
+    alive now, and (in the postmaster's children times) the backends that have exited.
+    Before the server is known: every `postgres` process on this machine."""
     try:
         import psutil
     except ImportError:
         return 0.0
+    if _postmaster_pid is not None:
+        pm = psutil.Process(_postmaster_pid)
+        t = pm.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in pm.children():
+            with contextlib.suppress(psutil.Error):  # exited meanwhile: in children times
+                c = child.cpu_times()
+                total += c.user + c.system
+        return total
     total = 0.0
     for p in psutil.process_iter(["name", "cpu_times"]):
         if p.info["name"] == "postgres" and p.info["cpu_times"] is not None:

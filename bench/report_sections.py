@@ -11,6 +11,7 @@ PLOT_NAME = "benchmarks-per-turn.png"
 
 LABELS = {
     "hango": "hango-worker",
+    "floor": "floor: raw asyncpg, one INSERT message + UPDATE state per turn, one commit",
     "hango+todo": "hango-worker, write_todos every 10th turn",
     "hango+compaction": "hango-worker, 8 KB tool results, 30k-token window (compaction)",
     "langchain-sync": 'LangChain create_agent, durability="sync"',
@@ -47,7 +48,7 @@ def summary(r: dict[str, Any]) -> str:
         v = pt["variants"]
         wins = ordered(v["hango"]["windows"])
         first, last = wins[0], wins[-1]
-        for key in [k for k in ("hango", "langchain-sync") if k in v]:
+        for key in [k for k in ("hango", "floor", "langchain-sync") if k in v]:
             res = v[key]
             w, c = res["windows"], res["cpu_windows"]
             rows.append(
@@ -67,6 +68,15 @@ def summary(r: dict[str, Any]) -> str:
                     f"bytes per turn: table growth / live rows ({LABELS[key]})",
                     f"{fmt(res['bytes_per_turn'], ' B', 0)} / "
                     f"{fmt(res['live_bytes_per_turn'], ' B', 0)}",
+                ]
+            )
+        fr = pt.get("ratios", {}).get("hango/floor")
+        if fr:
+            rows.append(
+                [
+                    "per-turn wall, hango-worker \u00f7 floor",
+                    f"turns {first}: {x(fr['wall ' + first])}, turns {last}: "
+                    f"{x(fr['wall ' + last])}",
                 ]
             )
         rows += _compaction_summary(v, first, last)
@@ -233,8 +243,10 @@ def _per_turn_ratios(pt: dict[str, Any]) -> str:
         rows.append([name, ", ".join(f"{k}: {x(val)}" for k, val in rr.items())])
     if not rows:
         return "(LangChain was not installed in this run: no ratios.)"
-    return "Ratios (LangChain \u00f7 hango-worker, medians; bytes = table growth):\n\n" + table(
-        ["compared", "ratios"], rows
+    return (
+        "Ratios (medians; LangChain \u00f7 hango-worker: how much cheaper hango-worker is, "
+        "bytes = table growth; hango-worker \u00f7 floor: how far a hango turn is from the "
+        "least a durable turn can cost):\n\n" + table(["compared", "ratios"], rows)
     )
 
 

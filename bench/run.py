@@ -19,7 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import chain, parallel_tools, per_turn, profile, prompt_cache, throughput
+from bench import (
+    chain,
+    parallel_tools,
+    per_turn,
+    per_turn_floor,
+    profile,
+    prompt_cache,
+    throughput,
+)
 from bench.common import (
     FULL,
     QUICK,
@@ -51,10 +59,11 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
         from bench import lc_side
 
         await lc_side.setup(ldb)
-    variants = ["hango", "hango+todo", "hango+compaction"]
+    variants = ["hango", "floor", "hango+todo", "hango+compaction"]
     if langchain:
         variants = [
             "hango",
+            "floor",
             "langchain-sync",
             "hango+todo",
             "langchain-sync+todo",
@@ -80,6 +89,8 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
 
 async def _one_per_turn(variant: str, hdb: str, ldb: str, turns: int) -> dict[str, Any]:
     todo = variant.endswith("+todo")
+    if variant == "floor":
+        return await per_turn_floor.floor_run(hdb, turns)
     if variant.startswith("hango"):
         return await per_turn.hango_run(
             hdb, turns, todo=todo, compact=variant == "hango+compaction"
@@ -92,6 +103,14 @@ async def _one_per_turn(variant: str, hdb: str, ldb: str, turns: int) -> dict[st
 
 def _per_turn_ratios(out: dict[str, Any], turns: int) -> dict[str, Any]:
     ratios: dict[str, Any] = {}
+    h, fl = out.get("hango"), out.get("floor")
+    if h and fl:  # hango ÷ floor: how far a turn is from the least it could cost
+        r = {}
+        for a, b in windows_for(turns):
+            k = f"{a}-{b}"
+            r[f"wall {k}"] = ratio(h["windows"][k]["median"], fl["windows"][k]["median"])
+            r[f"cpu {k}"] = ratio(h["cpu_windows"][k]["median"], fl["cpu_windows"][k]["median"])
+        ratios["hango/floor"] = r
     for suffix in ("", "+todo"):
         h, lc = out.get("hango" + suffix), out.get("langchain-sync" + suffix)
         if not h or not lc:

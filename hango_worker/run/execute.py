@@ -25,7 +25,7 @@ from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
-from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
+from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer, decode_json
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.run.skills import PgSkillStore
 from hango_worker.run.stream import TextPublisher
@@ -215,6 +215,7 @@ class RunDeps:
     worker_id: str
     observer: RunObserver | None = None
     text: TextPublisher | None = None
+    writer: Writer | None = None  # the worker's GroupCommit (run/group.py); None: the pool
 
 
 def _io(deps: RunDeps, c: Claim, message_seq: int, event_seq: int) -> PgRunIO:
@@ -227,6 +228,7 @@ def _io(deps: RunDeps, c: Claim, message_seq: int, event_seq: int) -> PgRunIO:
         next_message_seq=message_seq,
         next_event_seq=event_seq,
         on_events=(lambda evs: obs.events(c.run_id, evs)) if obs else None,
+        writer=deps.writer,
     )
 
 

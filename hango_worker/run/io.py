@@ -10,7 +10,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import asyncpg
 from opentelemetry import trace
@@ -210,6 +210,12 @@ def _traceparent() -> str | None:
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
+class Writer(Protocol):
+    """Where fenced statements go: the pool, or the worker's GroupCommit (run/group.py)."""
+
+    async def fetchrow(self, query: str, *args: Any) -> Any: ...
+
+
 class PgRunIO:
     def __init__(
         self,
@@ -221,8 +227,10 @@ class PgRunIO:
         next_message_seq: int,
         next_event_seq: int,
         on_events: Callable[[list[dict[str, Any]]], None] | None = None,
+        writer: Writer | None = None,
     ) -> None:
         self.pool = pool
+        self.writer: Writer = writer if writer is not None else pool
         self.on_events = on_events
         self.claim = claim
         self.worker_id = worker_id
@@ -253,7 +261,7 @@ class PgRunIO:
             nonlocal attempts
             attempts += 1
             try:
-                row = await self.pool.fetchrow(query, *args)
+                row = await self.writer.fetchrow(query, *args)
             except asyncpg.UniqueViolationError:
                 if attempts > 1:  # our earlier try committed before the connection dropped
                     return 1, False

@@ -2,7 +2,8 @@
 
 Per delta the worker only appends to an in-memory buffer; a flush task sends
 what accumulated, at most every `interval_s`, one `pg_notify` per run — never
-a row per delta, never work in the middleware chain. Each chunk carries its
+a row per delta, never work in the middleware chain; all runs' news of one flush
+go in one statement (sql.NOTIFY_MANY). Each chunk carries its
 character offset in the run's text, so a watcher can merge late chunks with
 the committed `model_message` events without printing anything twice. A burst
 bigger than one NOTIFY payload (Postgres refuses 8000 bytes or more) is split
@@ -19,7 +20,7 @@ import logging
 
 import asyncpg
 
-from hango_worker.store.sql import NOTIFY, TEXT_CHANNEL
+from hango_worker.store.sql import NOTIFY, NOTIFY_MANY, TEXT_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +93,15 @@ class TextPublisher:
     async def flush(self) -> None:
         buf, self._buf = self._buf, {}
         done, self._done = self._done, set()
+        out: list[str] = []
         for run_id, parts in buf.items():
             text = "".join(parts)
             start = self._sent.get(run_id, 0)
             self._sent[run_id] = start + len(text)
-            for payload in payloads(run_id, start, text):
-                await self.pool.execute(NOTIFY, TEXT_CHANNEL, payload)
+            out += payloads(run_id, start, text)
+        if len(out) == 1:
+            await self.pool.execute(NOTIFY, TEXT_CHANNEL, out[0])
+        elif out:
+            await self.pool.fetchval(NOTIFY_MANY, TEXT_CHANNEL, out)
         for run_id in done:
             self._sent.pop(run_id, None)

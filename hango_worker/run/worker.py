@@ -15,13 +15,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
+
 from hango_worker.agent.ports import Fenced
 from hango_worker.run.execute import RunDeps, execute
+from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, discard_connections
 from hango_worker.run.listener import Listener
 from hango_worker.run.stream import TextPublisher
 from hango_worker.run.sweep import sweep
-from hango_worker.store import sql
+from hango_worker.store import db, sql
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.logs import current_run_id
 from hango_worker.vocab import ErrorType
@@ -47,6 +50,8 @@ class WorkerStats:
 class Worker:
     def __init__(self, deps: RunDeps, dsn: str) -> None:
         self.deps = deps
+        if deps.writer is None:  # checkpoints of concurrent runs share commits
+            deps.writer = GroupCommit(deps.pool)
         self.dsn = dsn
         self.settings = deps.settings
         self.worker_id = deps.worker_id
@@ -56,6 +61,7 @@ class Worker:
         self._stopping = False
         self._listener = Listener(dsn, self._wake.set, self._on_cancel)
         self._background: list[asyncio.Task[None]] = []
+        self._claim_pool: asyncpg.Pool | None = None  # sql.CLAIM_SESSION_SETTINGS
         metrics.set_slots(0, self.settings.worker_concurrency)
         metrics.init_tool_series(deps.registry.names())
 
@@ -63,6 +69,7 @@ class Worker:
 
     async def run(self, *, until_idle: bool = False) -> WorkerStats:
         self._listener.start()
+        await self._open_claim_pool()
         if self.deps.text is None:
             self.deps.text = TextPublisher(self.deps.pool)
         self.deps.text.start()
@@ -82,7 +89,19 @@ class Worker:
                     await t
             await self._listener.stop()
             await self.deps.text.stop()
+            if self._claim_pool is not None:
+                await self._claim_pool.close()
         return self.stats
+
+    async def _open_claim_pool(self) -> None:
+        """The claim's own connection (sql.CLAIM_SESSION_SETTINGS); the shared pool if it
+        cannot be opened now (the claim handles an unreachable database itself)."""
+        try:
+            self._claim_pool = await db.create_pool(
+                self.dsn, min_size=1, max_size=1, server_settings=sql.CLAIM_SESSION_SETTINGS
+            )
+        except Exception as e:
+            log.warning("claim connection not opened (%s); claiming on the shared pool", e)
 
     def request_shutdown(self) -> None:
         """First call: stop claiming, hand runs back at their next turn boundary.
@@ -130,11 +149,12 @@ class Worker:
             wake.cancel()
 
     async def _claim(self, n: int) -> int:
+        pool = self._claim_pool or self.deps.pool
         try:
-            rows = await self.deps.pool.fetch(sql.CLAIM, self.worker_id, n, self.settings.lease_s)
+            rows = await pool.fetch(sql.CLAIM, self.worker_id, n, self.settings.lease_s)
         except CONNECTION_ERRORS as e:
             log.warning("claim failed, database unreachable: %s", e)
-            await discard_connections(self.deps.pool)
+            await discard_connections(pool)
             await asyncio.sleep(0.2)
             return 0
         except Exception:  # never let one bad claim take the worker down

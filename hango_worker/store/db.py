@@ -37,7 +37,13 @@ async def _no_reset(conn: asyncpg.Connection) -> None:
     transaction is still rolled back by asyncpg itself."""
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    server_settings: dict[str, str] | None = None,
+) -> asyncpg.Pool:
     return await asyncpg.create_pool(
         _asyncpg_dsn(dsn),
         min_size=min_size,
@@ -45,6 +51,7 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asy
         init=_init,
         statement_cache_size=256,
         reset=_no_reset,
+        server_settings=server_settings,
     )
 
 

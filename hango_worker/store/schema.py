@@ -116,6 +116,8 @@ runs = Table(
     Index("runs_queued_idx", "created_at", postgresql_where=text("status = 'queued'")),
     Index("runs_lease_idx", "lease_expires_at", postgresql_where=text("status = 'running'")),
     Index("runs_session_idx", "session_id"),
+    # the claim's one-run-per-session check, per candidate (0011_fleet)
+    Index("runs_running_session_idx", "session_id", postgresql_where=text("status = 'running'")),
     Index(
         "runs_parent_call_idx",
         "parent_run_id",

@@ -444,3 +444,16 @@ SELECT DISTINCT ON (name) name, version, description, body, files FROM skills
 WHERE tenant_id = $1 AND name = ANY($2::text[])
 ORDER BY name, version DESC
 """
+
+# -- a fleet on one database (docs/scaling.md) ------------------------------------------------
+# The claim runs on a connection of its own with these settings. Planned from stale
+# statistics (a burst into a queue that was empty at the last ANALYZE: the usual case),
+# CLAIM's `picked` became a bitmap scan of *every* queued run, each checked against the
+# running runs, then sorted: O(queue depth) per claim, ~8,000 buffer reads at a depth of
+# 1,000. Without bitmap scans the only plan left walks runs_queued_idx in order and stops
+# at the LIMIT, whatever the statistics say (~150 buffer reads at any depth).
+CLAIM_SESSION_SETTINGS = {"enable_bitmapscan": "off"}
+
+# The live text of every run with news since the last flush (run/stream.py): one
+# statement and one transaction per flush, not one per run. Sent in array order.
+NOTIFY_MANY = "SELECT count(pg_notify($1, p)) FROM unnest($2::text[]) AS p"

@@ -104,6 +104,15 @@ QUEUE_WAIT = Histogram(
     "Time a run waited in the queue, from enqueue (or resume, release, reclaim) to claim.",
     buckets=[*QUEUE_WAIT_BUCKETS, 7200, 21600],
 )
+CHECKPOINT_BATCH = Histogram(
+    "hango_checkpoint_batch_size",
+    "Fenced writes (checkpoints, finishes, tool results) per group commit: one transaction.",
+    buckets=[1, 2, 4, 8, 16, 32, 64],
+)
+GROUP_COMMIT_SPLITS = Counter(
+    "hango_group_commit_splits_total",
+    "Group commits rolled back by one statement's error and sent again one write each.",
+)
 RUNS_IN_FLIGHT = Gauge("hango_runs_in_flight", "Runs this worker is executing now.")
 WORKER_SLOTS = Gauge(
     "hango_worker_slots",

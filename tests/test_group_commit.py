@@ -1,0 +1,189 @@
+"""Group commit (run/group.py): fenced writes of concurrent runs share one transaction,
+each run still fenced alone, each resumed only after the shared commit."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import asyncpg
+from prometheus_client import REGISTRY
+
+from hango_worker.agent.ports import Event, Fenced
+from hango_worker.agent.state import State
+from hango_worker.provider.types import Message, TextBlock
+from hango_worker.run.group import GroupCommit
+from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer
+from hango_worker.store import sql
+from tests.worker_helpers import enqueue, make_agent
+
+WORKER = "gc-worker"
+
+
+def _batches() -> tuple[float, float]:
+    """(group commits, writes in them) so far."""
+    count = REGISTRY.get_sample_value("hango_checkpoint_batch_size_count") or 0.0
+    total = REGISTRY.get_sample_value("hango_checkpoint_batch_size_sum") or 0.0
+    return count, total
+
+
+def _splits() -> float:
+    return REGISTRY.get_sample_value("hango_group_commit_splits_total") or 0.0
+
+
+async def _claimed(pool: asyncpg.Pool, n: int) -> list[Claim]:
+    await make_agent(pool)
+    for i in range(n):
+        await enqueue(pool, f"run {i}")
+    rows = await pool.fetch(sql.CLAIM, WORKER, n, 30.0)
+    assert len(rows) == n
+    return [Claim.from_record(r) for r in rows]
+
+
+def _io(pool: asyncpg.Pool, c: Claim, writer: Writer, message_seq: int = 1) -> PgRunIO:
+    return PgRunIO(
+        pool,
+        c,
+        worker_id=WORKER,
+        lease_s=30.0,
+        next_message_seq=message_seq,
+        next_event_seq=1,
+        writer=writer,
+    )
+
+
+async def _turn(io: PgRunIO, text: str) -> None:
+    """One turn's checkpoint: the user message, the model's answer, an event."""
+    c = io.claim
+    state = State(c.run_id, c.session_id, c.agent_id, c.tenant_id)
+    messages = [Message("user", [TextBlock(text="go")]), Message("assistant", [TextBlock(text)])]
+    await io.checkpoint(state, messages, [Event("model_message", {"text": text})], None)
+
+
+async def _texts(pool: asyncpg.Pool, run_id: str) -> list[str]:
+    rows = await pool.fetch(
+        "SELECT content->0->>'text' AS t FROM messages WHERE run_id = $1 ORDER BY seq", run_id
+    )
+    return [r["t"] for r in rows]
+
+
+async def _xids(pool: asyncpg.Pool, run_ids: list[str]) -> int:
+    """How many transactions last wrote these runs' rows."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(DISTINCT xmin::text) FROM runs WHERE id = ANY($1::uuid[])", run_ids
+        )
+    )
+
+
+async def test_a_stolen_lease_rejects_only_its_run_in_a_shared_commit(
+    pool: asyncpg.Pool,
+) -> None:
+    a, b, c = await _claimed(pool, 3)
+    await pool.execute(  # another worker took b over (its lease expired and was reclaimed)
+        "UPDATE runs SET lease_owner = 'thief', attempt = attempt + 1 WHERE id = $1", b.run_id
+    )
+    gc = GroupCommit(pool)
+    io_a, io_b, io_c = _io(pool, a, gc), _io(pool, b, gc), _io(pool, c, gc)
+    before = _batches()
+    res = await asyncio.gather(
+        _turn(io_a, "a's answer"), _turn(io_b, "b's"), _turn(io_c, "c's"), return_exceptions=True
+    )
+    after = _batches()
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
+    assert await _xids(pool, [a.run_id, c.run_id]) == 1  # one transaction for both
+    assert res[0] is None and res[2] is None
+    assert isinstance(res[1], Fenced) and io_b.lost and not io_a.lost
+    assert await _texts(pool, a.run_id) == ["go", "a's answer"]
+    assert await _texts(pool, c.run_id) == ["go", "c's"]
+    assert await _texts(pool, b.run_id) == []
+    owner = await pool.fetchval("SELECT lease_owner FROM runs WHERE id = $1", b.run_id)
+    assert owner == "thief"
+    events = await pool.fetchval("SELECT count(*) FROM run_events WHERE run_id = $1", a.run_id)
+    assert events == 1
+
+
+async def test_a_statement_error_in_a_shared_commit_fails_only_its_run(
+    pool: asyncpg.Pool,
+) -> None:
+    a, b, c = await _claimed(pool, 3)
+    # a's history already holds seq 1 (written by someone else): its checkpoint's
+    # INSERT of seq 1 fails, which rolls back the whole shared transaction
+    await pool.execute(
+        "INSERT INTO messages (session_id, seq, run_id, role, content) "
+        "VALUES ($1, 1, $2, 'user', '[]')",
+        a.session_id,
+        a.run_id,
+    )
+    gc = GroupCommit(pool)
+    ios = [_io(pool, x, gc) for x in (a, b, c)]
+    splits = _splits()
+    res = await asyncio.gather(
+        *(_turn(io, f"answer {i}") for i, io in enumerate(ios)), return_exceptions=True
+    )
+    assert isinstance(res[0], asyncpg.UniqueViolationError)
+    assert res[1:] == [None, None]
+    assert _splits() == splits + 1
+    assert await _texts(pool, b.run_id) == ["go", "answer 1"]
+    assert await _texts(pool, c.run_id) == ["go", "answer 2"]
+    assert await _texts(pool, a.run_id) == [None]  # only the row found before
+    # each run's fence was checked and renewed on its own write
+    running = await pool.fetchval(
+        "SELECT count(*) FROM runs WHERE id = ANY($1::uuid[]) AND status = 'running' "
+        "AND lease_owner = $2",
+        [x.run_id for x in (a, b, c)],
+        WORKER,
+    )
+    assert running == 3
+
+
+async def test_writes_arriving_during_a_commit_share_the_next_one(pool: asyncpg.Pool) -> None:
+    claims = await _claimed(pool, 5)
+    gc = GroupCommit(pool)
+    ios = [_io(pool, c, gc) for c in claims]
+    before = _batches()
+    first = asyncio.ensure_future(_turn(ios[0], "first"))
+    await asyncio.sleep(0)  # the first write goes alone, at once
+    rest = [asyncio.ensure_future(_turn(io, f"next {i}")) for i, io in enumerate(ios[1:])]
+    await asyncio.gather(first, *rest)
+    after = _batches()
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 5)
+    assert await _xids(pool, [c.run_id for c in claims]) == 2  # the first, then the rest
+    for i, c in enumerate(claims[1:]):
+        assert await _texts(pool, c.run_id) == ["go", f"next {i}"]
+
+
+async def test_a_lone_write_is_not_held_back_by_a_window(pool: asyncpg.Pool) -> None:
+    """On the test's own clock: a lone write through the group commit costs less than
+    twice the same statement sent straight to the pool (no window, no timer)."""
+    (c,) = await _claimed(pool, 1)
+    gc = GroupCommit(pool)
+    direct, grouped = _io(pool, c, pool), _io(pool, c, gc)
+    t_direct, t_grouped = [], []
+    before = _batches()
+    for i in range(30):
+        for io, times in ((direct, t_direct), (grouped, t_grouped)):
+            t0 = time.perf_counter()
+            await io.mark_started(f"toolu_{i}")
+            times.append(time.perf_counter() - t0)
+    after = _batches()
+    assert (after[0] - before[0], after[1] - before[1]) == (30, 30)  # each alone
+    assert statistics.median(t_grouped) < 2 * statistics.median(t_direct)
+
+
+async def test_a_lost_connection_reaches_every_run_of_the_batch_and_each_retries(
+    pool: asyncpg.Pool,
+) -> None:
+    a, b = await _claimed(pool, 2)
+    gc = GroupCommit(pool)
+    ios = [_io(pool, x, gc) for x in (a, b)]
+    # a third write in the same batch kills the shared connection before the COMMIT
+    kill = gc.fetchrow("SELECT pg_terminate_backend(pg_backend_pid()) AS fenced")
+    res = await asyncio.gather(
+        kill, *(_turn(io, f"answer {i}") for i, io in enumerate(ios)), return_exceptions=True
+    )
+    assert isinstance(res[0], CONNECTION_ERRORS)  # the database went away: retry
+    assert res[1:] == [None, None]  # each retried on its own and committed
+    assert await _texts(pool, a.run_id) == ["go", "answer 0"]
+    assert await _texts(pool, b.run_id) == ["go", "answer 1"]
