@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry.trace import Link, SpanKind
 
 from hango_worker.agent.batch import ToolBatches, Waiting
-from hango_worker.agent.calls import ModelCaller, RunCancelled
+from hango_worker.agent.calls import ModelCaller, RateGate, RunCancelled
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.cost import RunCost
 from hango_worker.agent.limits import (
@@ -66,6 +66,7 @@ class LoopSettings:
     budget: Budget = field(default_factory=Budget)
     deadline: float | None = None  # epoch seconds (agent/limits.py:deadline_of)
     prices: PriceTable = field(default_factory=PriceTable)
+    rate_gate: RateGate | None = None  # the fleet-wide model rate limit (run/ratelimit.py)
 
 
 @dataclass(slots=True)
@@ -84,6 +85,7 @@ class RunInfo:
     not_started: frozenset[str] = frozenset()
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
+    rate_wait_s: float = 0.0  # earlier attempts' waits for the rate limit (seconds)
 
 
 class AgentLoop(ToolBatches):
@@ -119,6 +121,7 @@ class AgentLoop(ToolBatches):
             st.retry_cap_s,
             st.provider_name,
             st.capture_content,
+            st.rate_gate,
         )
         self._limits = Limits(st.max_turns, st.on_limit, st.budget, st.deadline)
         self._next = NextCall(max_tokens=agent.config.max_tokens)
@@ -136,6 +139,7 @@ class AgentLoop(ToolBatches):
 
     async def run(self, state: State, info: RunInfo | None = None) -> Outcome:
         info = info or RunInfo()
+        self._model.waited_s = info.rate_wait_s
         attrs = genai.agent_attributes(self.agent, state, self.settings.provider_name)
         attrs.update(info.span_attributes)
         name = f"invoke_agent {self.agent.name}"
@@ -234,7 +238,9 @@ class AgentLoop(ToolBatches):
     async def _checkpoint(self, state: State, outcome: Outcome | None) -> None:
         new = state.messages[self._watermark :]
         events, self._events = self._events, []
-        usage = {**self._usage.to_dict(), "cost_usd": self._cost.usd}
+        usage: dict[str, Any] = {**self._usage.to_dict(), "cost_usd": self._cost.usd}
+        if self._model.waited_s or self._model.gate is not None:
+            usage["waiting_for_rate_limit"] = round(self._model.waited_s, 3)
         states, self._states = self._states, []
         await self.io.checkpoint(state, new, events, outcome, usage, states)
         self._watermark = len(state.messages)

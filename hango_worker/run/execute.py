@@ -27,6 +27,7 @@ from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, decode_json
 from hango_worker.run.memory import PgMemoryStore
+from hango_worker.run.ratelimit import RunRateGate
 from hango_worker.run.skills import PgSkillStore
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
@@ -280,6 +281,7 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         parent=parent,
         links=links,
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
+        rate_wait_s=c.rate_wait_s,
     )
     return await loop.run(state, info)
 
@@ -346,6 +348,7 @@ def _build_loop(
         budget=budget,
         deadline=deadline_of(budget, over, c.started_s),
         prices=price_table(s),
+        rate_gate=RunRateGate(deps.pool, s.rate_limit_key) if s.rate_limit_key else None,
     )
     pub = deps.text
 

@@ -122,6 +122,7 @@ async def enqueue(
     input_text: str,
     session_id: str | None = None,
     memory_key: str | None = None,
+    priority: int = 0,
 ) -> dict[str, str]:
     """Queue a run (new session unless one is given); `{"run_id", "session_id"}`."""
     r = await enqueue_run(
@@ -131,6 +132,7 @@ async def enqueue(
         input_text=input_text,
         session_id=session_id,
         memory_key=memory_key,
+        priority=priority,
     )
     return {"run_id": r.run_id, "session_id": r.session_id}
 
@@ -145,6 +147,7 @@ async def enqueue_run(
     idempotency_key: str | None = None,
     limits: dict[str, Any] | None = None,
     memory_key: str | None = None,
+    priority: int = 0,
 ) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers.
 
@@ -155,7 +158,9 @@ async def enqueue_run(
     tenant) is returned instead of a new one. `limits`: the run's own limits, already
     validated (`agent.limits.parse_overrides`), stored as `runs.input.limits`.
     `memory_key`: whose memory the run uses when its agent keeps memory per caller
-    (`memory_scope` "key"), e.g. an end user."""
+    (`memory_scope` "key"), e.g. an end user. `priority`: 0 (default) to
+    MAX_PRIORITY; within the tenant, higher is claimed first (then the oldest)."""
+    check_priority(priority)
     if session_id is not None:
         try:
             uuid.UUID(session_id)
@@ -182,6 +187,7 @@ async def enqueue_run(
         json.dumps(run_input, ensure_ascii=False),
         NOTIFY_CHANNEL,
         idempotency_key,
+        priority,
     )
     if row is None or row["agent_id"] is None:
         raise NotFound(f"no agent {agent!r} in this tenant")
@@ -192,6 +198,18 @@ async def enqueue_run(
                 return prior
         raise NotFound(f"no session {session_id} for agent {agent!r} in this tenant")
     return Enqueued(run_id, str(row["session_id"]))
+
+
+MAX_PRIORITY = 1000  # runs.priority's range is 0..MAX_PRIORITY (runs_priority_check)
+
+
+def check_priority(priority: int) -> None:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"a priority must be an integer, got {priority!r}")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"a priority must be 0 to {MAX_PRIORITY} (higher is claimed first), got {priority}"
+        )
 
 
 def _run_input(text: str, limits: dict[str, Any] | None, memory_key: str | None) -> dict[str, Any]:
@@ -229,8 +247,8 @@ WITH a AS (
     SELECT se.id FROM sessions se, a
     WHERE $4::uuid IS NOT NULL AND se.id = $4::uuid AND se.tenant_id = $1 AND se.agent_id = a.id
 ), r AS (
-    INSERT INTO runs (id, tenant_id, session_id, agent_id, input, idempotency_key)
-    SELECT $5, $1, target.id, a.id, $6::text::jsonb, $8::text FROM target, a
+    INSERT INTO runs (id, tenant_id, session_id, agent_id, input, idempotency_key, priority)
+    SELECT $5, $1, target.id, a.id, $6::text::jsonb, $8::text, $9::int FROM target, a
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, session_id
 ), n AS (
@@ -249,7 +267,7 @@ RUN_COLUMNS = (
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
     "started_at, finished_at, limit_reached, waiting_for::text AS waiting_for, "
     "waiting_since, waiting_until, parent_run_id::text AS parent_run_id, parent_tool_use_id, "
-    "depth"
+    "depth, priority"
 )
 
 
