@@ -225,6 +225,7 @@ class AgentLoop(ToolBatches):
     async def _finish(self, state: State, outcome: Outcome) -> Outcome:
         outcome.usage = self._usage
         outcome.cost_usd = self._cost.usd
+        outcome.rate_wait_s = self._rate_wait()
         if outcome.waiting is not None:
             self._events.append(Event("run_waiting", outcome.waiting))
         else:
@@ -238,12 +239,15 @@ class AgentLoop(ToolBatches):
     async def _checkpoint(self, state: State, outcome: Outcome | None) -> None:
         new = state.messages[self._watermark :]
         events, self._events = self._events, []
-        usage: dict[str, Any] = {**self._usage.to_dict(), "cost_usd": self._cost.usd}
-        if self._model.waited_s or self._model.gate is not None:
-            usage["waiting_for_rate_limit"] = round(self._model.waited_s, 3)
+        so_far = Outcome("released", usage=self._usage, cost_usd=self._cost.usd)
+        so_far.rate_wait_s = self._rate_wait()  # the run's usage record so far
         states, self._states = self._states, []
-        await self.io.checkpoint(state, new, events, outcome, usage, states)
+        await self.io.checkpoint(state, new, events, outcome, so_far.usage_dict(), states)
         self._watermark = len(state.messages)
+
+    def _rate_wait(self) -> float | None:
+        m = self._model
+        return m.waited_s if m.gate is not None or m.waited_s else None
 
     def _keep_state(self, state: State) -> None:
         """The state at the end of turn `self._done`, kept (run_states, for forks) with
