@@ -48,8 +48,8 @@ async def set_rate_limit(
         """
         INSERT INTO rate_limits AS l (key, requests_per_minute, input_tokens_per_minute,
             output_tokens_per_minute, window_s, requests, input_tokens, output_tokens)
-        VALUES ($1, $2::int, $3::int, $4::int, $5::float8, coalesce($2, 0) * $5 / 60.0, coalesce($3, 0) * $5 / 60.0,
-            coalesce($4, 0) * $5 / 60.0)
+        VALUES ($1, $2::int, $3::int, $4::int, $5::float8, coalesce($2, 0) * $5 / 60.0,
+            coalesce($3, 0) * $5 / 60.0, coalesce($4, 0) * $5 / 60.0)
         ON CONFLICT (key) DO UPDATE SET requests_per_minute = $2, input_tokens_per_minute = $3,
             output_tokens_per_minute = $4, window_s = $5,
             requests = least(l.requests, coalesce($2, 0) * $5 / 60.0),
