@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import prompt_cache
+from bench import claim, prompt_cache
 from bench.common import DASH, fmt
 from bench.report_sections import (
     LABELS,
@@ -411,6 +411,7 @@ def render(r: dict[str, Any]) -> str:
         chain_section(r),
         memory_section(r),
         prompt_cache.section(r),
+        claim.section(r),
         profiling_section(r),
         budget_section(r),
         environment(r),

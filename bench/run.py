@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import chain, per_turn, profile, prompt_cache, throughput
+from bench import chain, claim, per_turn, profile, prompt_cache, throughput
 from bench.common import (
     FULL,
     QUICK,
@@ -189,6 +189,8 @@ async def run_all(
     if want("prompt_cache"):
         res["prompt_cache"] = await prompt_cache.compare(sizes.turns)
         log("prompt cache done")
+    if want("claim"):
+        res["claim"] = await claim.measure(admin, sizes)
     if want("profile"):
         res["profile"] = await profile.profile_all(admin, sizes, res["versions"]["git"])
         log("profile done")
@@ -209,7 +211,7 @@ def main() -> None:
     ap.add_argument("--sizes", choices=sorted(SIZES), help=argparse.SUPPRESS)
     ap.add_argument(
         "--only",
-        help="comma-separated: per_turn,throughput,latency,chain,memory,prompt_cache,profile",
+        help="comma-separated: per_turn,throughput,latency,chain,memory,prompt_cache,claim,profile",
     )
     a = ap.parse_args()
     sizes = SIZES[a.sizes] if a.sizes else (QUICK if a.quick else FULL)

@@ -33,9 +33,11 @@ ATTEMPT_LIMIT = 1_000_000_000
 # (rank / weight), so a backlog delays another tenant's run by at most one batch.
 # Cost: one index probe per tenant plus $2 rows per candidate tenant; independent of
 # how many runs are queued or finished.
+# The session check stays a per-row probe of runs_session_running_idx (OFFSET 0 keeps
+# the planner from turning it into a join over every running run).
 _CLAIMABLE = f"""r.status = 'queued' AND r.attempt >= 0 AND r.attempt < {ATTEMPT_LIMIT}
       AND NOT EXISTS (SELECT 1 FROM runs o
-                      WHERE o.session_id = r.session_id AND o.status = 'running')"""
+                      WHERE o.session_id = r.session_id AND o.status = 'running' OFFSET 0)"""
 _RUNNING_OF = "SELECT count(*) FROM runs c WHERE c.status = 'running' AND c.tenant_id = "
 CLAIM = f"""
 WITH heads AS MATERIALIZED (
