@@ -23,25 +23,49 @@ ATTEMPT_LIMIT = 1_000_000_000
 # jsonb comes back as text and is decoded per row in Python (run/io.py:Claim):
 # a row that cannot be decoded must fail its own run, not the whole batch.
 #
-# Fair claiming (docs/operations.md "Tenants, fairness and limits"): `heads` is every
-# tenant with a claimable run and a free slot (as this statement's snapshot sees it),
-# the oldest head of queue first, at most $2 of them; each gives up to $2 runs by
-# priority then age (runs_tenant_queue_idx), fewer when its max_running leaves fewer
-# free (hango_claim_slots: a fresh count under a per-tenant advisory lock, so claimers
-# on other workers never exceed the limit together); an agent's max_running likewise.
+# Fair claiming (docs/operations.md "Tenants, fairness and limits"): `ring` walks the
+# tenants that have queued runs in id order from a random point (a skip scan of
+# runs_tenant_queue_idx, wrapping around), at most 4 x $2 of them (all of them when
+# fewer have work); `heads` keeps those with a claimable run and a free slot (as this
+# statement's snapshot sees it), the oldest head of queue first, at most $2; each gives
+# up to $2 runs by priority then age, fewer when its max_running leaves fewer free
+# (hango_claim_slots: a fresh count under a per-tenant advisory lock, so claimers on
+# other workers never exceed the limit together); an agent's max_running likewise.
 # The batch then takes the tenants' first runs before any tenant's second run
 # (rank / weight), so a backlog delays another tenant's run by at most one batch.
-# Cost: one index probe per tenant plus $2 rows per candidate tenant; independent of
-# how many runs are queued or finished.
-# The session check stays a per-row probe of runs_session_running_idx (OFFSET 0 keeps
-# the planner from turning it into a join over every running run).
+# Cost: a few index probes per tenant looked at (at most 4 x $2) and $2 rows per
+# candidate tenant; independent of how many runs are queued or finished, and of how
+# many tenants there are.
 _CLAIMABLE = f"""r.status = 'queued' AND r.attempt >= 0 AND r.attempt < {ATTEMPT_LIMIT}
       AND NOT EXISTS (SELECT 1 FROM runs o
                       WHERE o.session_id = r.session_id AND o.status = 'running' OFFSET 0)"""
 _RUNNING_OF = "SELECT count(*) FROM runs c WHERE c.status = 'running' AND c.tenant_id = "
+_NEXT_TENANT = (
+    "(SELECT q.tenant_id FROM runs q WHERE q.status = 'queued' AND q.tenant_id {cmp} "
+    "ORDER BY q.tenant_id LIMIT 1)"
+)
+_FIRST_TENANT = (
+    "(SELECT q.tenant_id FROM runs q WHERE q.status = 'queued' ORDER BY q.tenant_id LIMIT 1)"
+)
 CLAIM = f"""
-WITH heads AS MATERIALIZED (
-    SELECT t.id, t.weight, t.max_running, h.created_at AS head_at FROM tenants t
+WITH RECURSIVE start AS MATERIALIZED (
+    SELECT gen_random_uuid() AS at
+), ring (tid, n, wrapped) AS (
+    SELECT x.tid, 1, x.wrapped FROM start s CROSS JOIN LATERAL (
+        SELECT coalesce({_NEXT_TENANT.format(cmp=">= s.at")}, {_FIRST_TENANT}) AS tid,
+            {_NEXT_TENANT.format(cmp=">= s.at")} IS NULL AS wrapped
+    ) x WHERE x.tid IS NOT NULL
+    UNION ALL
+    SELECT nx.tid, g.n + 1, nx.wrapped FROM ring g, start s CROSS JOIN LATERAL (
+        SELECT coalesce({_NEXT_TENANT.format(cmp="> g.tid")},
+                        CASE WHEN NOT g.wrapped THEN {_FIRST_TENANT} END) AS tid,
+            g.wrapped OR {_NEXT_TENANT.format(cmp="> g.tid")} IS NULL AS wrapped
+    ) nx
+    WHERE g.n < least(4 * $2, 400) AND nx.tid IS NOT NULL
+      AND NOT (nx.wrapped AND nx.tid >= s.at)
+), heads AS MATERIALIZED (
+    SELECT t.id, t.weight, t.max_running, h.created_at AS head_at
+    FROM ring g JOIN tenants t ON t.id = g.tid
     CROSS JOIN LATERAL (
         SELECT r.created_at FROM runs r
         WHERE r.tenant_id = t.id AND {_CLAIMABLE}
