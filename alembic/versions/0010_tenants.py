@@ -9,8 +9,7 @@ Revises: 0009_producer_api
 - runs.priority (0-1000, default 0): within a tenant, higher priority is claimed first.
 - runs_tenant_queue_idx (tenant, priority desc, created_at) over queued runs: the claim
   reads each tenant's head of queue from it; runs_tenant_running_idx (tenant, agent)
-  over running runs: the claim counts a limited tenant's (agent's) running runs;
-  runs_session_running_idx: "is a run of this session running?" in one probe.
+  over running runs: the claim counts a limited tenant's (agent's) running runs.
 - hango_claim_slots(tenant, agent, limit): the free slots of a limited tenant (agent),
   counted in a fresh snapshot under a transaction-level advisory lock (the claim's
   serialization per tenant/agent; docs/operations.md "Tenants, fairness and limits").
@@ -69,14 +68,6 @@ def upgrade() -> None:
         "runs_tenant_running_idx",
         "runs",
         ["tenant_id", "agent_id"],
-        # "tenant_id IS NOT NULL" (always true) keeps the planner from using this index
-        # for the claim's session probe (runs_session_running_idx is the one for that)
-        postgresql_where=sa.text("status = 'running' AND tenant_id IS NOT NULL"),
-    )
-    op.create_index(
-        "runs_session_running_idx",
-        "runs",
-        ["session_id"],
         postgresql_where=sa.text("status = 'running'"),
     )
     op.create_table(
@@ -108,7 +99,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("DROP FUNCTION hango_claim_slots(uuid, uuid, int)")
     op.drop_table("rate_limits")
-    op.drop_index("runs_session_running_idx", table_name="runs")
     op.drop_index("runs_tenant_running_idx", table_name="runs")
     op.drop_index("runs_tenant_queue_idx", table_name="runs")
     op.drop_constraint("runs_priority_check", "runs")

@@ -153,16 +153,10 @@ Index(
     postgresql_where=text("status = 'queued'"),
 )
 Index(
-    "runs_session_running_idx",
-    runs.c.session_id,
-    postgresql_where=text("status = 'running'"),
-)
-Index(
     "runs_tenant_running_idx",
     runs.c.tenant_id,
     runs.c.agent_id,
-    # always true: keeps the claim's session probe on runs_session_running_idx
-    postgresql_where=text("status = 'running' AND tenant_id IS NOT NULL"),
+    postgresql_where=text("status = 'running'"),
 )
 
 messages = Table(

@@ -36,9 +36,13 @@ ATTEMPT_LIMIT = 1_000_000_000
 # Cost: a few index probes per tenant looked at (at most 4 x $2) and $2 rows per
 # candidate tenant; independent of how many runs are queued or finished, and of how
 # many tenants there are.
+# The session check is a per-row probe of runs_session_idx: OFFSET 0 keeps the planner
+# from turning it into a join over every running run, and `status || ''` keeps it off
+# the partial indexes over running runs (runs_lease_idx, runs_tenant_running_idx),
+# which it would otherwise scan whole whenever its statistics saw few runs running.
 _CLAIMABLE = f"""r.status = 'queued' AND r.attempt >= 0 AND r.attempt < {ATTEMPT_LIMIT}
-      AND NOT EXISTS (SELECT 1 FROM runs o
-                      WHERE o.session_id = r.session_id AND o.status = 'running' OFFSET 0)"""
+      AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id
+                      AND o.status || '' = 'running' OFFSET 0)"""
 _RUNNING_OF = "SELECT count(*) FROM runs c WHERE c.status = 'running' AND c.tenant_id = "
 _NEXT_TENANT = (
     "(SELECT q.tenant_id FROM runs q WHERE q.status = 'queued' AND q.tenant_id {cmp} "
