@@ -63,6 +63,30 @@ def build_parser() -> argparse.ArgumentParser:
     m = cmd("migrate", c.cmd_migrate, "migrate the database to the latest schema")
     m.add_argument("--json", action="store_true", help='print {"from": …, "to": …}')
     cmd("demo", c.cmd_demo, "start an embedded Postgres and run a demo agent end to end")
+    _enqueue(cmd)
+    _agents(sub, cmd)
+    _runs(sub, cmd)
+    _memory(sub, cmd)
+    _skills(sub, cmd)
+    tenants.add_commands(sub, cmd)
+
+    g = cmd(
+        "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
+    )
+    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
+    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
+    g.add_argument(
+        "--batch-size",
+        type=int_between(1, MAX_BATCH_SIZE),
+        default=1000,
+        help=f"rows per short transaction (1-{MAX_BATCH_SIZE})",
+    )
+    g.add_argument("--tenant", type=a_uuid("a tenant id"), help="only this tenant (default: all)")
+    g.add_argument("--json", action="store_true", help="(the summary is always JSON)")
+    return p
+
+
+def _enqueue(cmd: Callable[..., argparse.ArgumentParser]) -> None:
     e = cmd("enqueue", c.cmd_enqueue, "queue a run; prints its id")
     _tenant_option(e)
     e.add_argument(
@@ -88,27 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="whose memory the run uses when its agent's memory_scope is 'key' (e.g. a user id)",
     )
     e.add_argument("--json", action="store_true")
-
-    _agents(sub, cmd)
-    _runs(sub, cmd)
-    _memory(sub, cmd)
-    _skills(sub, cmd)
-    tenants.add_commands(sub, cmd)
-
-    g = cmd(
-        "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
-    )
-    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
-    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
-    g.add_argument(
-        "--batch-size",
-        type=int_between(1, MAX_BATCH_SIZE),
-        default=1000,
-        help=f"rows per short transaction (1-{MAX_BATCH_SIZE})",
-    )
-    g.add_argument("--tenant", type=a_uuid("a tenant id"), help="only this tenant (default: all)")
-    g.add_argument("--json", action="store_true", help="(the summary is always JSON)")
-    return p
 
 
 def _tenant_option(sp: argparse.ArgumentParser) -> None:

@@ -160,12 +160,7 @@ async def enqueue_run(
     `memory_key`: whose memory the run uses when its agent keeps memory per caller
     (`memory_scope` "key"), e.g. an end user. `priority`: 0 (default) to
     MAX_PRIORITY; within the tenant, higher is claimed first (then the oldest)."""
-    check_priority(priority)
-    if session_id is not None:
-        try:
-            uuid.UUID(session_id)
-        except ValueError:
-            raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
+    _check_enqueue(session_id, priority)
     if idempotency_key is not None:
         if not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
             raise ValueError(
@@ -198,6 +193,15 @@ async def enqueue_run(
                 return prior
         raise NotFound(f"no session {session_id} for agent {agent!r} in this tenant")
     return Enqueued(run_id, str(row["session_id"]))
+
+
+def _check_enqueue(session_id: str | None, priority: int) -> None:
+    check_priority(priority)
+    if session_id is not None:
+        try:
+            uuid.UUID(session_id)
+        except ValueError:
+            raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
 
 
 MAX_PRIORITY = 1000  # runs.priority's range is 0..MAX_PRIORITY (runs_priority_check)
