@@ -3,8 +3,11 @@ fleet-wide limiter the server sees no 429 and no more than its rate, and every r
 finishes; without it, the same load draws 429s (the test prints both counts).
 
 Scaled to stay short: the server allows 480 requests per minute in a 0.5 s bucket (4 at
-once, 8 more each second); 20 runs of two calls each; the fleet's limiter is set to 90% (docs/operations.md
-"Tenants, fairness and limits": requests reach the provider with varying delays)."""
+once, 8 more each second); 20 runs of two calls each. The fleet's bucket is 300 per
+minute in a 0.4 s bucket (2 at once, 5 each second): with buckets this small, the
+delay between a worker's grant and its request reaching the server (hundreds of ms on a
+busy machine) matters, where against a real per-minute limit about 90% is margin
+enough (docs/operations.md "Tenants, fairness and limits")."""
 
 from __future__ import annotations
 
@@ -59,9 +62,7 @@ async def test_four_workers_stay_under_the_providers_limit_only_with_the_limiter
     pool: asyncpg.Pool, dsn: str, tmp_path: Path
 ) -> None:
     await make_agent(pool, tools=["calculator"])
-    await ratelimits.set_rate_limit(
-        pool, "anthropic", requests_per_minute=RPM * 9 // 10, window_s=WINDOW_S
-    )
+    await ratelimits.set_rate_limit(pool, "anthropic", requests_per_minute=300, window_s=0.4)
     on = await _drain(pool, dsn, tmp_path, limiter=True)
     off = await _drain(pool, dsn, tmp_path, limiter=False)
     print(
