@@ -32,7 +32,7 @@ async def test_three_workers_never_run_more_than_a_tenants_max_running(
     pool: asyncpg.Pool, dsn: str, tmp_path: Path
 ) -> None:
     script = tmp_path / "script.json"
-    script.write_text(json.dumps([{"text": "done", "delay_s": 0.05}]))
+    script.write_text(json.dumps([{"text": "done", "delay_s": 0.2}]))
     limited = await tenant_with_agent(pool, "limited", max_running=2)
     free = await tenant_with_agent(pool, "free")
     await bulk_enqueue(pool, limited, LIMITED_RUNS)
