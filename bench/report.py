@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import parallel_tools, prompt_cache
+from bench import claim, parallel_tools, prompt_cache
 from bench.common import DASH, fmt
 from bench.report_sections import (
     LABELS,
@@ -412,6 +412,7 @@ def render(r: dict[str, Any]) -> str:
         memory_section(r),
         prompt_cache.section(r),
         parallel_tools.section(r),
+        claim.section(r),
         profiling_section(r),
         budget_section(r),
         environment(r),

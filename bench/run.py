@@ -21,6 +21,7 @@ from typing import Any
 
 from bench import (
     chain,
+    claim,
     parallel_tools,
     per_turn,
     per_turn_floor,
@@ -211,6 +212,8 @@ async def run_all(
     if want("parallel_tools"):
         res["parallel_tools"] = await parallel_tools.compare(admin, sizes.turns, sizes.reps)
         log(f"parallel tools done: {res['parallel_tools']['speedup']:.2f}x")
+    if want("claim"):
+        res["claim"] = await claim.measure(admin, sizes)
     if want("profile"):
         res["profile"] = await profile.profile_all(admin, sizes, res["versions"]["git"])
         log("profile done")
@@ -233,7 +236,7 @@ def main() -> None:
         "--only",
         help=(
             "comma-separated: per_turn,throughput,latency,chain,memory,prompt_cache,"
-            "parallel_tools,profile"
+            "parallel_tools,claim,profile"
         ),
     )
     a = ap.parse_args()

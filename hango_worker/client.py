@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 
 from hango_worker.agent.limits import parse_overrides
-from hango_worker.store import db, decisions, fork, repo
+from hango_worker.store import db, decisions, fork, repo, tenants
 from hango_worker.store.sql import DONE_CHANNEL
 from hango_worker.vocab import FINISHED, Decision, RunStatus
 
@@ -43,11 +43,13 @@ async def enqueue(
     tenant_id: str = repo.DEFAULT_TENANT_ID,
     limits: Mapping[str, Any] | None = None,
     memory_key: str | None = None,
+    priority: int = 0,
 ) -> EnqueueResult:
     """Queue a run on the caller's connection (any asyncpg connection, no codecs
     needed): inside the caller's transaction it is queued iff that commits.
     `limits`: this run's own limits (max_turns, max_input_tokens, max_output_tokens,
-    max_tool_calls, tool_call_limits, max_duration_s, deadline); ValueError if invalid."""
+    max_tool_calls, tool_call_limits, max_duration_s, deadline); ValueError if invalid.
+    `priority`: 0 (default) to 1000; within the tenant, higher is claimed first."""
     return await repo.enqueue_run(
         conn,
         tenant_id=tenant_id,
@@ -57,6 +59,7 @@ async def enqueue(
         idempotency_key=idempotency_key,
         limits=parse_overrides(dict(limits)) if limits is not None else None,
         memory_key=memory_key,
+        priority=priority,
     )
 
 
@@ -68,10 +71,14 @@ class Client:
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, dsn: str, tenant_id: str = repo.DEFAULT_TENANT_ID
+        cls, dsn: str, tenant_id: str = repo.DEFAULT_TENANT_ID, *, tenant: str | None = None
     ) -> AsyncIterator[Client]:
+        """`tenant`: a tenant's name or id (NotFound if there is none; see
+        `hango-worker tenants create`); else `tenant_id` (default: the default tenant)."""
         pool = await db.create_pool(dsn, min_size=1, max_size=4)
         try:
+            if tenant is not None:
+                tenant_id = await tenants.resolve_tenant(pool, tenant)
             yield cls(pool, tenant_id)
         finally:
             await pool.close()
@@ -109,8 +116,10 @@ class Client:
         conn: asyncpg.Connection | None = None,
         limits: Mapping[str, Any] | None = None,
         memory_key: str | None = None,
+        priority: int = 0,
     ) -> EnqueueResult:
-        """Queue a run. `idempotency_key`: a second enqueue with the same key returns
+        """Queue a run. `priority`: 0-1000, higher is claimed first within the tenant.
+        `idempotency_key`: a second enqueue with the same key returns
         the first run (`created=False`). `conn`: enqueue on your connection, inside
         your transaction. `memory_key`: whose memory the run uses when its agent keeps
         memory per caller (`memory_scope` "key"), e.g. your end user's id."""
@@ -123,6 +132,7 @@ class Client:
             tenant_id=self.tenant_id,
             limits=limits,
             memory_key=memory_key,
+            priority=priority,
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:

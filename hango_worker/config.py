@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     anthropic_max_retries: int = Field(default=2, ge=0, le=10)
     model_retries: int = Field(default=4, ge=0, le=20, description="our retries of a model call")
     worker_id: str = Field(default="", description="defaults to host-pid-random")
+    rate_limit_key: str = Field(
+        default="",
+        max_length=200,
+        description="the rate_limits bucket every model call takes from ('' = none); "
+        "{model} is replaced by the request's model",
+    )
     tool_modules: str = Field(
         default="", description="extra tools: comma-separated module:attribute (Tool or list)"
     )

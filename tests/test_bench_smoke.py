@@ -113,6 +113,13 @@ def check_parallel_tools(pt: dict[str, Any]) -> None:
     assert positive(pt["speedup"])
 
 
+def check_claim(c: dict[str, Any]) -> None:
+    assert len(c["cases"]) == 4
+    for v in c["cases"].values():
+        assert positive(v["p50_ms"]) and v["p50_ms"] <= v["p95_ms"]
+        assert v["claims"] > 0 and v["runs"] > 0
+
+
 def with_alternatives(res: dict[str, Any]) -> dict[str, Any]:
     """A synthetic results dict with the alternatives' entries (copied from hango's)."""
     r = copy.deepcopy(res)
@@ -140,6 +147,7 @@ async def test_every_benchmark_runs_at_tiny_sizes(pg_admin_dsn: str, tmp_path: P
     check_profile(res["profile"])
     check_prompt_cache(res["prompt_cache"])
     check_parallel_tools(res["parallel_tools"])
+    check_claim(res["claim"])
 
     path = write_results(res, tmp_path / "results")
     assert json.loads(path.read_text())["per_turn"]["turns"] == SMOKE.turns
@@ -152,6 +160,7 @@ async def test_every_benchmark_runs_at_tiny_sizes(pg_admin_dsn: str, tmp_path: P
         for title in ("## 4. Chain overhead", "## 5. Memory", "## 6. Prompt cache", "## Machine"):
             assert title in text
         assert "## Profiling" in text and "## 7. Parallel tool calls" in text
+        assert "## 8. Claim latency" in text
         assert (tmp_path / "plot.png").exists() == have("matplotlib")
     assert "pgqueuer: no-op jobs" in text and 'durability="sync"' in text
     assert f"**before**: {profile.BEFORE_COMMIT}" in text and "**after**:" in text

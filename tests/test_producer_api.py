@@ -20,6 +20,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from hango_worker.store import sql
 from tests.helpers import scripted
 from tests.worker_helpers import make_agent, run_until_idle
 
@@ -255,6 +256,32 @@ async def test_config_carries_limits_and_memory_key_into_the_run_and_a_session_c
     assert rows[1]["input"] == {"text": "more"}
 
 
+async def test_priority_through_the_api_orders_the_claim_and_a_bad_one_writes_nothing(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    await make_agent(pool, name="support", tools=[])
+    conn = await asyncpg.connect(dsn)
+    try:
+        low = await conn.fetchval(ENQUEUE, "support", '{"text": "a"}', None, None)
+        high = await conn.fetchval(
+            "SELECT hango_api.enqueue('support', '{\"text\": \"b\"}', priority => 7)"
+        )
+        for bad in (-1, 1001, None):
+            with pytest.raises(asyncpg.PostgresError) as e:
+                await conn.fetchval(
+                    "SELECT hango_api.enqueue('support', '{\"text\": \"c\"}', priority => $1)",
+                    bad,
+                )
+            assert e.value.sqlstate == "QH003" and "priority must be 0 to 1000" in str(e.value)
+        rows = await conn.fetch("SELECT id, priority FROM runs ORDER BY created_at")
+    finally:
+        await conn.close()
+    assert [(r["id"], r["priority"]) for r in rows] == [(low, 0), (high, 7)]
+    async with pool.acquire() as c:
+        claimed = await c.fetch(sql.CLAIM, "w", 1, 30)
+    assert [r["id"] for r in claimed] == [str(high)]  # the later run, by its priority
+
+
 def test_the_doc_states_the_error_codes_the_tests_check() -> None:
     doc = DOC.read_text()
     for code in {e.split(":", 1)[0] for *_, e in BAD} | {"QH004", "QH005", "QH006"}:
@@ -348,18 +375,19 @@ async def test_the_api_signatures_and_view_columns_are_pinned(pool: asyncpg.Pool
     async with pool.acquire() as conn:
         functions, view = await _api_shape(conn)
         assert compatibility_problems(functions, view) == []
-        # what the pin lets through (a defaulted argument at the end, e.g. a priority)
-        # and what it stops, on the API changed inside a transaction rolled back after
+        # what the pin lets through (a defaulted argument at the end, as 0010_tenants'
+        # priority was) and what it stops, on the API changed inside a transaction
+        # rolled back after
         await conn.execute("BEGIN")
         try:
             await conn.execute(
-                "DROP FUNCTION hango_api.enqueue(text, jsonb, uuid, text, text, jsonb)"
+                "DROP FUNCTION hango_api.enqueue(text, jsonb, uuid, text, text, jsonb, int)"
             )
             await conn.execute(
                 "CREATE FUNCTION hango_api.enqueue(agent text, input jsonb, session uuid "
                 "DEFAULT NULL, idempotency_key text DEFAULT NULL, tenant text DEFAULT NULL, "
-                "config jsonb DEFAULT NULL, priority int DEFAULT 0) RETURNS uuid "
-                "LANGUAGE sql AS 'SELECT NULL::uuid'"
+                "config jsonb DEFAULT NULL, priority int DEFAULT 0, note text DEFAULT NULL) "
+                "RETURNS uuid LANGUAGE sql AS 'SELECT NULL::uuid'"
             )
             assert compatibility_problems(*await _api_shape(conn)) == []
             await conn.execute("ALTER FUNCTION hango_api.cancel(uuid, text) RENAME TO stop")
@@ -485,7 +513,7 @@ async def test_the_python_client_and_cli_enqueue_through_the_same_function(
     with pytest.raises(repo.NotFound, match="no tenant 'nobody'"):
         await client.enqueue("support", "x")
     await pool.execute(
-        "ALTER FUNCTION hango_enqueue_run(text, text, jsonb, uuid, text, jsonb) RENAME TO gone"
+        "ALTER FUNCTION hango_enqueue_run(text, text, jsonb, uuid, text, jsonb, int) RENAME TO gone"
     )
     with pytest.raises(asyncpg.UndefinedFunctionError):
         await Client(pool).enqueue("support", "x")

@@ -15,7 +15,18 @@ from hango_worker.tool import types as tool_types
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "hango_worker"
-SQL_MODULES = [PKG / "store" / n for n in ("sql.py", "repo.py", "gc.py", "schema.py")]
+SQL_MODULES = [
+    PKG / "store" / n
+    for n in (
+        "sql.py",
+        "sql_claim.py",
+        "repo.py",
+        "gc.py",
+        "schema.py",
+        "tenants.py",
+        "ratelimits.py",
+    )
+]
 STATUS_WORDS = {str(s) for s in vocab.RunStatus} | {vocab.RELEASED}
 ERROR_WORDS = {str(e) for e in vocab.ErrorType}
 

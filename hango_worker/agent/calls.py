@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from hango_worker.agent.middleware import ModelResponse
 from hango_worker.provider.types import ModelError, Provider, Request, TextSink
@@ -47,6 +47,19 @@ async def until_cancelled(call: Awaitable[T], cancel: asyncio.Event) -> T:
     raise RunCancelled()
 
 
+class RateGate(Protocol):
+    """Before each model call (retries too): wait for the fleet-wide rate limit
+    (run/ratelimit.py); after it: what the call used and what the provider said."""
+
+    async def before(self, request: Request, cancel: asyncio.Event) -> float:
+        """Seconds waited (0.0: none). Raises RunCancelled when cancelled meanwhile."""
+        ...
+
+    async def after(
+        self, request: Request, response: ModelResponse | None, error: ModelError | None
+    ) -> None: ...
+
+
 @dataclass(slots=True)
 class ModelCaller:
     """One run's model calls: a `chat` span each, retryable errors retried, every
@@ -59,12 +72,14 @@ class ModelCaller:
     retry_cap_s: float
     provider_name: str
     capture_content: bool
+    gate: RateGate | None = None
+    waited_s: float = 0.0  # this run's time waiting for the rate limit (all attempts)
 
     async def call(self, request: Request, on_text: TextSink | None) -> ModelResponse:
         attempt = 0
         while True:
             try:
-                return await self._once(request, on_text)
+                return await self._gated(request, on_text)
             except ModelError as e:
                 attempt += 1
                 if not e.retryable or attempt > self.retries:
@@ -79,6 +94,18 @@ class ModelCaller:
             return float(e.retry_after_s)
         ceiling = min(self.retry_cap_s, self.retry_base_s * 2.0 ** (attempt - 1))
         return ceiling * random.uniform(0.5, 1.0)
+
+    async def _gated(self, request: Request, on_text: TextSink | None) -> ModelResponse:
+        if self.gate is None:
+            return await self._once(request, on_text)
+        self.waited_s += await self.gate.before(request, self.cancel)
+        try:
+            resp = await self._once(request, on_text)
+        except ModelError as e:
+            await self.gate.after(request, None, e)
+            raise
+        await self.gate.after(request, resp, None)
+        return resp
 
     async def _once(self, request: Request, on_text: TextSink | None) -> ModelResponse:
         with genai.chat_span(request, self.provider_name) as span:

@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry.trace import Link, SpanKind
 
 from hango_worker.agent.batch import ToolBatches, Waiting
-from hango_worker.agent.calls import ModelCaller, RunCancelled
+from hango_worker.agent.calls import ModelCaller, RateGate, RunCancelled
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.cost import RunCost
 from hango_worker.agent.limits import (
@@ -71,6 +71,7 @@ class LoopSettings:
     prices: PriceTable = field(default_factory=PriceTable)
     # tool calls of one response run side by side, at most this many at once (1: in order)
     max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS
+    rate_gate: RateGate | None = None  # the fleet-wide model rate limit (run/ratelimit.py)
 
 
 @dataclass(slots=True)
@@ -89,6 +90,7 @@ class RunInfo:
     not_started: frozenset[str] = frozenset()
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
+    rate_wait_s: float = 0.0  # earlier attempts' waits for the rate limit (seconds)
 
 
 class AgentLoop(ToolBatches):
@@ -124,6 +126,7 @@ class AgentLoop(ToolBatches):
             st.retry_cap_s,
             st.provider_name,
             st.capture_content,
+            st.rate_gate,
         )
         self._limits = Limits(st.max_turns, st.on_limit, st.budget, st.deadline)
         self._next = NextCall(max_tokens=agent.config.max_tokens)
@@ -142,6 +145,7 @@ class AgentLoop(ToolBatches):
 
     async def run(self, state: State, info: RunInfo | None = None) -> Outcome:
         info = info or RunInfo()
+        self._model.waited_s = info.rate_wait_s
         attrs = genai.agent_attributes(self.agent, state, self.settings.provider_name)
         attrs.update(info.span_attributes)
         name = f"invoke_agent {self.agent.name}"
@@ -227,6 +231,7 @@ class AgentLoop(ToolBatches):
     async def _finish(self, state: State, outcome: Outcome) -> Outcome:
         outcome.usage = self._usage
         outcome.cost_usd = self._cost.usd
+        outcome.rate_wait_s = self._rate_wait()
         if outcome.waiting is not None:
             self._events.append(Event("run_waiting", outcome.waiting))
         else:
@@ -240,10 +245,15 @@ class AgentLoop(ToolBatches):
     async def _checkpoint(self, state: State, outcome: Outcome | None) -> None:
         new = state.messages[self._watermark :]
         events, self._events = self._events, []
-        usage = {**self._usage.to_dict(), "cost_usd": self._cost.usd}
+        so_far = Outcome("released", usage=self._usage, cost_usd=self._cost.usd)
+        so_far.rate_wait_s = self._rate_wait()  # the run's usage record so far
         states, self._states = self._states, []
-        await self.io.checkpoint(state, new, events, outcome, usage, states)
+        await self.io.checkpoint(state, new, events, outcome, so_far.usage_dict(), states)
         self._watermark = len(state.messages)
+
+    def _rate_wait(self) -> float | None:
+        m = self._model
+        return m.waited_s if m.gate is not None or m.waited_s else None
 
     def _keep_state(self, state: State) -> None:
         """The state at the end of turn `self._done`, kept (run_states, for forks) with

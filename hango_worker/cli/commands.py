@@ -40,6 +40,13 @@ async def pool_for(settings: Settings, *, size: int = 4) -> AsyncIterator[tuple[
             await pool.close()
 
 
+async def tenant_of(pool: asyncpg.Pool, a: argparse.Namespace) -> str:
+    """The tenant a command acts in: `--tenant NAME|ID`, else the default tenant."""
+    from hango_worker.store.tenants import resolve_tenant
+
+    return await resolve_tenant(pool, getattr(a, "tenant_name", None))
+
+
 def out(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
 
@@ -98,7 +105,7 @@ async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
     if problem := skills_problem(tools, AgentConfig.model_validate(cfg)):
         raise CliError(f"--config: {problem} (add --tool load_skill)")
     async with pool_for(s) as (_, pool):
-        tenant = await repo.ensure_default_tenant(pool)
+        tenant = await tenant_of(pool, a)
         agent_id = await repo.create_agent(
             pool,
             tenant_id=tenant,
@@ -114,7 +121,7 @@ async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_agents_list(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        agents = await repo.list_agents(pool, repo.DEFAULT_TENANT_ID)
+        agents = await repo.list_agents(pool, await tenant_of(pool, a))
     if a.json:
         out(agents)
         return exits.OK
@@ -136,12 +143,13 @@ async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         r = await repo.enqueue_run(
             pool,
-            tenant_id=repo.DEFAULT_TENANT_ID,
+            tenant_id=await tenant_of(pool, a),
             agent=a.agent,
             input_text=text,
             session_id=a.session,
             limits=limits,
             memory_key=a.memory_key,
+            priority=a.priority,
         )
     ids = {"run_id": r.run_id, "session_id": r.session_id}
     print(json.dumps(ids) if a.json else ids["run_id"])
@@ -150,7 +158,7 @@ async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        runs = await repo.list_runs(pool, repo.DEFAULT_TENANT_ID, status=a.status, limit=a.limit)
+        runs = await repo.list_runs(pool, await tenant_of(pool, a), status=a.status, limit=a.limit)
     if a.json:
         out(runs)
         return exits.OK
@@ -166,7 +174,7 @@ async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        run = await repo.run_details(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+        run = await repo.run_details(pool, await tenant_of(pool, a), a.run_id)
     if a.json:
         out(run)
         return exits.OK
@@ -179,7 +187,7 @@ async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_files(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        files = await repo.run_files(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+        files = await repo.run_files(pool, await tenant_of(pool, a), a.run_id)
     if a.json:
         out(files)
         return exits.OK
@@ -191,7 +199,7 @@ async def cmd_runs_files(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_file(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        f = await repo.run_file(pool, repo.DEFAULT_TENANT_ID, a.run_id, a.path)
+        f = await repo.run_file(pool, await tenant_of(pool, a), a.run_id, a.path)
     if a.json:
         out(f)
         return exits.OK
@@ -202,7 +210,7 @@ async def cmd_runs_file(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_cancel(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        status = await repo.request_cancel(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+        status = await repo.request_cancel(pool, await tenant_of(pool, a), a.run_id)
     if a.json:
         print(json.dumps({"run_id": a.run_id, "status": status}))
     else:
@@ -213,7 +221,7 @@ async def cmd_runs_cancel(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_resume(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        await repo.resume(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+        await repo.resume(pool, await tenant_of(pool, a), a.run_id)
     print(json.dumps({"run_id": a.run_id, "status": "queued"}) if a.json else "queued")
     return exits.OK
 
@@ -223,7 +231,7 @@ async def cmd_runs_watch(s: Settings, a: argparse.Namespace) -> int:
 
     view = JsonLines() if a.json else LiveView(Painter())
     async with pool_for(s) as (dsn, pool):
-        run = await watch(pool, dsn, repo.DEFAULT_TENANT_ID, a.run_id, view)
+        run = await watch(pool, dsn, await tenant_of(pool, a), a.run_id, view)
     if a.json:
         view.p.line(json.dumps({"type": "run", **run}, default=str, ensure_ascii=False))
     return exits.OK if run["status"] == "succeeded" else exits.FAILED
@@ -233,7 +241,7 @@ async def cmd_memory_ls(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         files = await memories.list_memories(
             pool,
-            repo.DEFAULT_TENANT_ID,
+            await tenant_of(pool, a),
             agent=a.agent,
             session_id=a.session,
             key=a.key,
@@ -257,7 +265,7 @@ async def cmd_memory_show(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         f = await memories.get_memory(
             pool,
-            repo.DEFAULT_TENANT_ID,
+            await tenant_of(pool, a),
             agent=a.agent,
             path=a.path,
             session_id=a.session,
@@ -274,7 +282,7 @@ async def cmd_memory_rm(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         version = await memories.delete_memory(
             pool,
-            repo.DEFAULT_TENANT_ID,
+            await tenant_of(pool, a),
             agent=a.agent,
             path=a.path,
             session_id=a.session,

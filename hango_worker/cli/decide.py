@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import pool_for
+from hango_worker.cli.commands import pool_for, tenant_of
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import read_input
 from hango_worker.config import Settings
@@ -35,7 +35,7 @@ async def _decide(s: Settings, a: argparse.Namespace, d: Decision, **kw: Any) ->
         async with pool_for(s) as (_, pool):
             done = await decisions.decide(
                 pool,
-                repo.DEFAULT_TENANT_ID,
+                await tenant_of(pool, a),
                 a.run_id,
                 d,
                 call_id=a.call,
@@ -71,7 +71,7 @@ async def cmd_runs_fork(s: Settings, a: argparse.Namespace) -> int:
     text = read_input(a.input, a.input_file) if (a.input or a.input_file) else None
     try:
         async with pool_for(s) as (_, pool):
-            ids = await fork.fork(pool, repo.DEFAULT_TENANT_ID, a.run_id, a.at_turn, text)
+            ids = await fork.fork(pool, await tenant_of(pool, a), a.run_id, a.at_turn, text)
     except ValueError as e:
         if isinstance(e, repo.Conflict):
             raise
@@ -84,7 +84,7 @@ async def cmd_runs_history(s: Settings, a: argparse.Namespace) -> int:
     from hango_worker.store import fork
 
     async with pool_for(s) as (_, pool):
-        turns = await fork.history(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+        turns = await fork.history(pool, await tenant_of(pool, a), a.run_id)
     if a.json:
         print(json.dumps(turns, default=str))
         return exits.OK
@@ -99,7 +99,7 @@ async def cmd_runs_tree(s: Settings, a: argparse.Namespace) -> int:
     from hango_worker.store import fork
 
     async with pool_for(s) as (_, pool):
-        rows = await fork.tree(pool, repo.DEFAULT_TENANT_ID, a.run_id)
+        rows = await fork.tree(pool, await tenant_of(pool, a), a.run_id)
     if a.json:
         print(json.dumps(rows, default=str))
         return exits.OK

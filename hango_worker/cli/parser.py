@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 from hango_worker import __version__
 from hango_worker.cli import commands as c
-from hango_worker.cli import exits
+from hango_worker.cli import exits, tenants
 from hango_worker.cli.inputs import (
     MAX_BATCH_SIZE,
     MAX_LIMIT,
@@ -21,6 +21,7 @@ from hango_worker.cli.inputs import (
     text,
 )
 from hango_worker.config import Settings
+from hango_worker.store.repo import MAX_PRIORITY
 
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
 
@@ -48,9 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"hango-worker {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def cmd(name: str, fn: Handler, help: str, parent: Any = sub) -> argparse.ArgumentParser:
+    def cmd(
+        name: str, fn: Handler, help: str, parent: Any = sub, tenanted: bool = True
+    ) -> argparse.ArgumentParser:
         sp: argparse.ArgumentParser = parent.add_parser(name, help=help, description=help)
         sp.set_defaults(fn=fn)
+        if tenanted and parent is not sub:  # every command on runs, agents, memory, skills
+            _tenant_option(sp)
         return sp
 
     r = cmd("run", c.cmd_run, "run the worker service")
@@ -58,7 +63,39 @@ def build_parser() -> argparse.ArgumentParser:
     m = cmd("migrate", c.cmd_migrate, "migrate the database to the latest schema")
     m.add_argument("--json", action="store_true", help='print {"from": …, "to": …}')
     cmd("demo", c.cmd_demo, "start an embedded Postgres and run a demo agent end to end")
+    _enqueue(cmd)
+    _agents(sub, cmd)
+    _runs(sub, cmd)
+    _memory(sub, cmd)
+    _skills(sub, cmd)
+    tenants.add_commands(sub, cmd)
+    _console(sub, cmd)
+
+    g = cmd(
+        "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
+    )
+    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
+    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
+    g.add_argument(
+        "--batch-size",
+        type=int_between(1, MAX_BATCH_SIZE),
+        default=1000,
+        help=f"rows per short transaction (1-{MAX_BATCH_SIZE})",
+    )
+    g.add_argument("--tenant", type=a_uuid("a tenant id"), help="only this tenant (default: all)")
+    g.add_argument("--json", action="store_true", help="(the summary is always JSON)")
+    return p
+
+
+def _enqueue(cmd: Callable[..., argparse.ArgumentParser]) -> None:
     e = cmd("enqueue", c.cmd_enqueue, "queue a run; prints its id")
+    _tenant_option(e)
+    e.add_argument(
+        "--priority",
+        type=int_between(0, MAX_PRIORITY),
+        default=0,
+        help=f"0-{MAX_PRIORITY} (default 0); within the tenant, higher is claimed first",
+    )
     e.add_argument("--agent", required=True, type=text, help="agent name or id")
     given = e.add_mutually_exclusive_group(required=True)
     given.add_argument("--input", type=text, help="the user's message ('-': read stdin)")
@@ -77,26 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     e.add_argument("--json", action="store_true")
 
-    _agents(sub, cmd)
-    _runs(sub, cmd)
-    _memory(sub, cmd)
-    _skills(sub, cmd)
-    _console(sub, cmd)
 
-    g = cmd(
-        "gc", c.cmd_gc, "delete finished runs' events (and with --runs the runs) older than AGE"
+def _tenant_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--tenant",
+        dest="tenant_name",
+        type=name,
+        metavar="TENANT",
+        help="the tenant's name or id (default: the default tenant)",
     )
-    g.add_argument("--older-than", required=True, metavar="AGE", help="e.g. 30d, 12h, 45m")
-    g.add_argument("--runs", action="store_true", help="also delete the runs themselves")
-    g.add_argument(
-        "--batch-size",
-        type=int_between(1, MAX_BATCH_SIZE),
-        default=1000,
-        help=f"rows per short transaction (1-{MAX_BATCH_SIZE})",
-    )
-    g.add_argument("--tenant", type=a_uuid("a tenant id"), help="only this tenant (default: all)")
-    g.add_argument("--json", action="store_true", help="(the summary is always JSON)")
-    return p
 
 
 def _console(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
@@ -124,6 +150,7 @@ def _agents(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
     c_.add_argument("--config", default="{}", type=text, help='JSON, e.g. {"max_turns": 20}')
     c_.add_argument("--json", action="store_true")
     cmd("list", c.cmd_agents_list, "list agents", ag).add_argument("--json", action="store_true")
+    tenants.add_agent_limit(ag, cmd)
 
 
 def _runs(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:

@@ -6,11 +6,10 @@ import argparse
 import json
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import out, pool_for
+from hango_worker.cli.commands import out, pool_for, tenant_of
 from hango_worker.cli.exits import CliError
 from hango_worker.config import Settings
 from hango_worker.render import safe
-from hango_worker.store import repo
 from hango_worker.store import skills as sk
 
 
@@ -22,7 +21,7 @@ async def cmd_skills_add(s: Settings, a: argparse.Namespace) -> int:
     except OSError as e:
         raise CliError(f"{a.path}: cannot be read: {e.strerror or e}") from None
     async with pool_for(s) as (_, pool):
-        tenant = await repo.ensure_default_tenant(pool)
+        tenant = await tenant_of(pool, a)
         version = await sk.add_skill(pool, tenant, skill)
     added = {"name": skill.name, "version": version, "files": len(skill.files)}
     print(json.dumps(added) if a.json else f"{skill.name} version {version}")
@@ -31,7 +30,7 @@ async def cmd_skills_add(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_skills_list(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        rows = await sk.list_skills(pool, repo.DEFAULT_TENANT_ID)
+        rows = await sk.list_skills(pool, await tenant_of(pool, a))
     if a.json:
         out(rows)
         return exits.OK
@@ -42,7 +41,7 @@ async def cmd_skills_list(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_skills_show(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
-        row = await sk.get_skill(pool, repo.DEFAULT_TENANT_ID, a.name, a.version)
+        row = await sk.get_skill(pool, await tenant_of(pool, a), a.name, a.version)
     if row is None:
         which = "" if a.version is None else f" version {a.version}"
         raise CliError(

@@ -151,6 +151,7 @@ class AnthropicProvider:
         acc = _Accumulator(on_text)
         try:
             stream = await self._create(request)
+            limits = rate_limit_headers(stream.response.headers)
             async with stream:
                 await _consume(stream, acc, started)
         except anthropic.APIStatusError as e:
@@ -173,7 +174,9 @@ class AnthropicProvider:
             etype = ErrorType.AUTHENTICATION_ERROR if auth else ErrorType.API_ERROR
             msg = f"{type(e).__name__}: {e}"
             raise ModelError(etype, redact(msg, self._secrets), retryable=False) from None
-        return acc.response(request.model)
+        resp = acc.response(request.model)
+        resp.rate_limit_headers = limits or None
+        return resp
 
     async def _create(self, request: Request) -> anthropic.AsyncStream[RawMessageStreamEvent]:
         # Called untyped: the SDK's overloads over TypedDict params cost mypy more than
@@ -434,6 +437,12 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
         if s and s in text:
             text = text.replace(s, REDACTED)
     return _KEY_PATTERN.sub(REDACTED, text) if "sk-ant-" in text else text
+
+
+def rate_limit_headers(headers: Any) -> dict[str, str]:
+    """The `anthropic-ratelimit-*` headers of a response (limits, remaining, resets)."""
+    prefix = "anthropic-ratelimit-"
+    return {k.lower(): v for k, v in headers.items() if k.lower().startswith(prefix)}
 
 
 def retry_after_s(headers: Any) -> float | None:

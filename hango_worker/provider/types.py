@@ -241,6 +241,9 @@ class Response:
     model: str = ""
     # seconds from request start to the first streamed chunk (None if not streamed)
     time_to_first_chunk_s: float | None = None
+    # the provider's `anthropic-ratelimit-*` response headers, when it sent any
+    # (run/ratelimit.py follows them)
+    rate_limit_headers: dict[str, str] | None = None
 
 
 # Called with each text delta as it streams; must be cheap and must not block.

@@ -27,6 +27,7 @@ from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer, decode_json
 from hango_worker.run.memory import PgMemoryStore
+from hango_worker.run.ratelimit import RunRateGate
 from hango_worker.run.skills import PgSkillStore
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
@@ -282,6 +283,7 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         parent=parent,
         links=links,
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
+        rate_wait_s=c.rate_wait_s,
     )
     return await loop.run(state, info)
 
@@ -349,6 +351,7 @@ def _build_loop(
         deadline=deadline_of(budget, over, c.started_s),
         prices=price_table(s),
         max_parallel_tools=agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS,
+        rate_gate=RunRateGate(deps.pool, s.rate_limit_key) if s.rate_limit_key else None,
     )
     pub = deps.text
 

@@ -68,6 +68,7 @@ class Claim:
     started_s: float = 0.0  # when the run first started (epoch seconds)
     usage: Usage = field(default_factory=Usage)  # used by earlier attempts
     cost_before: float | None = 0.0  # what they cost (None: unknown)
+    rate_wait_s: float = 0.0  # their time waiting for the rate limit (run/ratelimit.py)
     waiting_for: dict[str, Any] | None = None  # set when resumed after a wait
     depth: int = 0  # 0: enqueued by a producer; a child run is its parent's + 1
     parent_run_id: str | None = None  # a child run (subagent): the run that made it
@@ -99,6 +100,7 @@ class Claim:
         try:
             c.state_json = decode_json(r["state_json"], "runs.state_json")
             c.usage, c.cost_before = _decode_usage(r["usage"])
+            c.rate_wait_s = prior_wait(r["usage"])
             c.waiting_for = _decode_waiting(r["waiting_for"])
         except ValueError as e:
             c.invalid = c.invalid or {"type": ErrorType.INVALID_STATE, "message": str(e)}
@@ -132,6 +134,14 @@ def _decode_waiting(raw: str | None) -> dict[str, Any] | None:
         raise ValueError("runs.waiting_for must be an object whose not_started is a list of ids")
     record: dict[str, Any] = d
     return record
+
+
+def prior_wait(raw: str | None) -> float:
+    """`runs.usage.waiting_for_rate_limit` (seconds; 0 when absent or not a number)."""
+    if raw is None or "waiting_for_rate_limit" not in raw:
+        return 0.0
+    v = decode_json(raw, "runs.usage").get("waiting_for_rate_limit")
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
 
 
 def _decode_usage(raw: str | None) -> tuple[Usage, float | None]:

@@ -38,7 +38,10 @@ def make_provider(
         from hango_worker.provider.anthropic import AnthropicProvider, MissingCredentialsError
 
         try:
-            return AnthropicProvider(max_retries=settings.anthropic_max_retries)
+            # with a fleet-wide rate limit every request must pass the gate (run/
+            # ratelimit.py): the SDK's own retries would not, so the loop retries instead
+            retries = 0 if settings.rate_limit_key else settings.anthropic_max_retries
+            return AnthropicProvider(max_retries=retries)
         except MissingCredentialsError as e:
             raise ConfigError(f"configuration error: the Anthropic client: {e}") from None
     path = settings.script or (DEMO_SCRIPT if demo else None)

@@ -34,6 +34,8 @@ async def sweep(pool: asyncpg.Pool, worker_id: str, max_attempts: int) -> int:
     n += await _expire_waiting(pool, worker_id)
     n += await _wake_parents(pool)
     _gauges(await _fetch(pool, "queue stats", sql.QUEUE_STATS))
+    for r in await _fetch(pool, "tenant stats", sql.TENANT_RUNNING):
+        metrics.TENANT_RUNNING.labels(r["tenant"]).set(r["running"])
     return n
 
 

@@ -22,10 +22,11 @@ UNKNOWN_SESSION = "QH004"
 UNKNOWN_RUN = "QH005"
 WRONG_STATE = "QH006"
 
-# $3 and $6 are JSON text (no codecs needed on the caller's own connection)
+# $3 and $6 are JSON text (no codecs needed on the caller's own connection); $7 the
+# priority (0010_tenants)
 ENQUEUE = (
     "SELECT run_id::text, session_id::text, created FROM hango_enqueue_run("
-    "$1::text, $2::text, $3::text::jsonb, $4::text::uuid, $5::text, $6::text::jsonb)"
+    "$1::text, $2::text, $3::text::jsonb, $4::text::uuid, $5::text, $6::text::jsonb, $7::int)"
 )
 CANCEL = "SELECT hango_api.cancel($1::text::uuid, $2::text)"
 RESUME = "SELECT hango_api.resume($1::text::uuid, $2::text)"

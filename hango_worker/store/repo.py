@@ -122,6 +122,7 @@ async def enqueue(
     input_text: str,
     session_id: str | None = None,
     memory_key: str | None = None,
+    priority: int = 0,
 ) -> dict[str, str]:
     """Queue a run (new session unless one is given); `{"run_id", "session_id"}`."""
     r = await enqueue_run(
@@ -131,6 +132,7 @@ async def enqueue(
         input_text=input_text,
         session_id=session_id,
         memory_key=memory_key,
+        priority=priority,
     )
     return {"run_id": r.run_id, "session_id": r.session_id}
 
@@ -145,6 +147,7 @@ async def enqueue_run(
     idempotency_key: str | None = None,
     limits: dict[str, Any] | None = None,
     memory_key: str | None = None,
+    priority: int = 0,
 ) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers, through
     the producer API's one implementation (`hango_enqueue_run`, docs/producers.md).
@@ -167,6 +170,7 @@ async def enqueue_run(
             f"an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters, "
             f"got {len(idempotency_key)}"
         )
+    check_priority(priority)
     config = _run_config(limits, memory_key)
     try:
         row = await db.fetchrow(
@@ -177,12 +181,25 @@ async def enqueue_run(
             session_id,
             idempotency_key,
             None if config is None else json.dumps(config, ensure_ascii=False),
+            priority,
         )
     except asyncpg.PostgresError as e:
         raise _api_error(e) from None
     if row is None:  # the function returns one row or raises
         raise RuntimeError("hango_enqueue_run returned no row")
     return Enqueued(row["run_id"], row["session_id"], created=row["created"])
+
+
+MAX_PRIORITY = 1000  # runs.priority's range is 0..MAX_PRIORITY (runs_priority_check)
+
+
+def check_priority(priority: int) -> None:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"a priority must be an integer, got {priority!r}")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"a priority must be 0 to {MAX_PRIORITY} (higher is claimed first), got {priority}"
+        )
 
 
 def _run_config(limits: dict[str, Any] | None, memory_key: str | None) -> dict[str, Any] | None:
@@ -217,7 +234,7 @@ RUN_COLUMNS = (
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
     "started_at, finished_at, limit_reached, waiting_for::text AS waiting_for, "
     "waiting_since, waiting_until, parent_run_id::text AS parent_run_id, parent_tool_use_id, "
-    "depth"
+    "depth, priority"
 )
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -45,6 +46,12 @@ tenants = Table(
     Column("id", UUID(as_uuid=False), primary_key=True),
     Column("name", Text, nullable=False, unique=True),
     _now(),
+    # fair claiming and limits (docs/operations.md "Tenants, fairness and limits"):
+    # the tenant's share of each claim, and its runs running at once (NULL: no limit)
+    Column("weight", Integer, nullable=False, server_default=text("1")),
+    Column("max_running", Integer),
+    CheckConstraint("weight BETWEEN 1 AND 1000", name="tenants_weight_check"),
+    CheckConstraint("max_running >= 0", name="tenants_max_running_check"),
 )
 
 agents = Table(
@@ -59,6 +66,9 @@ agents = Table(
     Column("config", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     _now(),
     UniqueConstraint("tenant_id", "name", name="agents_tenant_name_key"),
+    # the agent's runs running at once, fleet-wide (NULL: no limit)
+    Column("max_running", Integer),
+    CheckConstraint("max_running >= 0", name="agents_max_running_check"),
 )
 
 sessions = Table(
@@ -109,6 +119,9 @@ runs = Table(
     Column("parent_run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="SET NULL")),
     Column("parent_tool_use_id", Text),
     Column("depth", Integer, nullable=False, server_default=text("0")),
+    # within its tenant, a run of higher priority is claimed first (then the oldest)
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    CheckConstraint("priority BETWEEN 0 AND 1000", name="runs_priority_check"),
     CheckConstraint(
         "status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + ")",
         name="runs_status_check",
@@ -116,8 +129,6 @@ runs = Table(
     Index("runs_queued_idx", "created_at", postgresql_where=text("status = 'queued'")),
     Index("runs_lease_idx", "lease_expires_at", postgresql_where=text("status = 'running'")),
     Index("runs_session_idx", "session_id"),
-    # the claim's one-run-per-session check, per candidate (0011_fleet)
-    Index("runs_running_session_idx", "session_id", postgresql_where=text("status = 'running'")),
     Index(
         "runs_parent_call_idx",
         "parent_run_id",
@@ -134,6 +145,22 @@ runs = Table(
         unique=True,
         postgresql_where=text("idempotency_key IS NOT NULL"),
     ),
+)
+
+# The claim's indexes (store/sql.py CLAIM): each tenant's head of queue, and a limited
+# tenant's (agent's) running runs.
+Index(
+    "runs_tenant_queue_idx",
+    runs.c.tenant_id,
+    runs.c.priority.desc(),
+    runs.c.created_at,
+    postgresql_where=text("status = 'queued'"),
+)
+Index(
+    "runs_tenant_running_idx",
+    runs.c.tenant_id,
+    runs.c.agent_id,
+    postgresql_where=text("status = 'running'"),
 )
 
 messages = Table(
@@ -275,4 +302,29 @@ skills = Table(
     Column("body", Text, nullable=False),
     Column("files", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     _now(),
+)
+
+# Fleet-wide model rate limits (run/ratelimit.py): one token bucket per provider key or
+# model. A NULL limit is no limit; the buckets refill continuously; `blocked_until` is
+# set from the provider's retry-after when a 429 gets through anyway.
+rate_limits = Table(
+    "rate_limits",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("requests_per_minute", Integer),
+    Column("input_tokens_per_minute", Integer),
+    Column("output_tokens_per_minute", Integer),
+    # a bucket holds at most `limit * window_s / 60` (60: a minute's worth, like the API)
+    Column("window_s", Float, nullable=False, server_default=text("60")),
+    Column("requests", Float, nullable=False, server_default=text("0")),
+    Column("input_tokens", Float, nullable=False, server_default=text("0")),
+    Column("output_tokens", Float, nullable=False, server_default=text("0")),
+    Column("refilled_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("blocked_until", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(
+        "requests_per_minute > 0 AND input_tokens_per_minute > 0 "
+        "AND output_tokens_per_minute > 0 AND window_s > 0",
+        name="rate_limits_positive_check",
+    ),
 )

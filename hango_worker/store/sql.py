@@ -17,33 +17,14 @@ TEXT_CHANNEL = "hango_text"
 # LISTEN on it (docs/producers.md, "Waiting for the result"); keep the name and payload.
 DONE_CHANNEL = "hango_done"
 
-# Counters stay far below the int4 limit: the claim never picks a run whose
-# attempt is out of range (it would overflow `attempt + 1` and fail every
-# claim for everyone); the sweep fails such a run with `invalid_row` instead.
-ATTEMPT_LIMIT = 1_000_000_000
-
-# jsonb comes back as text and is decoded per row in Python (run/io.py:Claim):
-# a row that cannot be decoded must fail its own run, not the whole batch.
-CLAIM = f"""
-WITH picked AS (
-    SELECT r.id FROM runs r
-    WHERE r.status = 'queued' AND r.attempt >= 0 AND r.attempt < {ATTEMPT_LIMIT}
-      AND NOT EXISTS (SELECT 1 FROM runs o
-                      WHERE o.session_id = r.session_id AND o.status = 'running')
-    ORDER BY r.created_at
-    FOR UPDATE SKIP LOCKED
-    LIMIT $2
-)
-UPDATE runs SET status = 'running', attempt = runs.attempt + 1, lease_owner = $1,
-    lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(started_at, now())
-FROM picked WHERE runs.id = picked.id
-RETURNING runs.id::text, runs.tenant_id::text, runs.session_id::text, runs.agent_id::text,
-    runs.input::text AS input, runs.state_json::text AS state_json, runs.attempt,
-    runs.trace_parent, runs.cancel_requested, runs.usage::text AS usage,
-    runs.waiting_for::text AS waiting_for, runs.depth, runs.parent_run_id::text AS parent_run_id,
-    greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s,
-    extract(epoch FROM runs.started_at)::float8 AS started_s
-"""
+# The claim (fair across tenants, max_running; docs/operations.md "Tenants, fairness
+# and limits") and the fleet-wide rate-limit statements live in sql_claim.py; they are
+# named here like every other hot-path statement.
+from hango_worker.store.sql_claim import ATTEMPT_LIMIT as ATTEMPT_LIMIT  # noqa: E402
+from hango_worker.store.sql_claim import CLAIM as CLAIM  # noqa: E402
+from hango_worker.store.sql_claim import RATE_SETTLE as RATE_SETTLE  # noqa: E402
+from hango_worker.store.sql_claim import RATE_TAKE as RATE_TAKE  # noqa: E402
+from hango_worker.store.sql_claim import TENANT_RUNNING as TENANT_RUNNING  # noqa: E402
 
 # Give back a run claimed in the same batch as another run of its session.
 UNCLAIM = """
@@ -450,8 +431,9 @@ ORDER BY name, version DESC
 # statistics (a burst into a queue that was empty at the last ANALYZE: the usual case),
 # CLAIM's `picked` became a bitmap scan of *every* queued run, each checked against the
 # running runs, then sorted: O(queue depth) per claim, ~8,000 buffer reads at a depth of
-# 1,000. Without bitmap scans the only plan left walks runs_queued_idx in order and stops
-# at the LIMIT, whatever the statistics say (~150 buffer reads at any depth).
+# 1,000. Without bitmap scans the plans left walk the queue indexes in order and stop at
+# the LIMIT, whatever the statistics say (the fair claim of sql_claim.py walks
+# runs_tenant_queue_idx per tenant).
 CLAIM_SESSION_SETTINGS = {"enable_bitmapscan": "off"}
 
 # The live text of every run with news since the last flush (run/stream.py): one

@@ -267,3 +267,23 @@ def _initialise() -> None:
 
 
 _initialise()
+
+# Tenants and fleet-wide rate limits (docs/operations.md "Tenants, fairness and limits").
+# Labels: a tenant's name, a rate_limits key: both set by the operator, so bounded.
+TENANT_RUNNING = Gauge(
+    "hango_tenant_running_runs",
+    "Runs running now, per tenant, fleet-wide (refreshed by each worker's sweep).",
+    ["tenant"],
+)
+RATE_LIMIT_WAIT_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]
+RATE_LIMIT_WAIT = Histogram(
+    "hango_rate_limit_wait_seconds",
+    "Time a model call waited for the fleet-wide rate limit, per rate_limits key.",
+    ["key"],
+    buckets=RATE_LIMIT_WAIT_BUCKETS,
+)
+RATE_LIMITED_CALLS = Counter(
+    "hango_rate_limited_calls_total",
+    "Model calls the provider answered 429 despite the fleet-wide limiter, per key.",
+    ["key"],
+)

@@ -80,6 +80,13 @@ the breakpoint ending each written span), in the tokens counted above;
 prefixes shorter than ``min_cacheable_tokens`` (default 1024, like the real
 models) are not cached.
 
+**Rate limits.** ``rate_limit=FakeRateLimit(requests_per_minute=N,
+input_tokens_per_minute=M, window_s=60)``: a token bucket like the API's (refilled
+continuously, holding at most ``N * window_s / 60``); a request it cannot take gets
+the API's 429 ``rate_limit_error`` with ``retry-after`` and the
+``anthropic-ratelimit-*`` headers, which successful answers carry too. It counts
+what it accepted (``accepted``, ``max_in_window()``) and refused (``refused``).
+
 **CLI.** ``hango-fake-anthropic --port P --script FILE [--context-window N]`` (also
 ``python -m hango_worker.testing.fake_anthropic``; not a subcommand of the
 production CLI) serves a script file until SIGINT/SIGTERM:
@@ -87,8 +94,8 @@ production CLI) serves a script file until SIGINT/SIGTERM:
 `serve_script(...)` (a coroutine, on the running loop); `main(argv)` is the
 whole command.
 
-**Modules:** `script` (turns, faults, `RecordedRequest`), `validate`, `tokens`, `cache`,
-`sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
+**Modules:** `ratelimit`, `script` (turns, faults, `RecordedRequest`), `validate`,
+`tokens`, `cache`, `sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
 (`FakeAnthropic`), `cli`. Everything is re-exported here.
 """
 
@@ -100,6 +107,7 @@ from hango_worker.testing.fake_anthropic.cache import (
     PromptCache,
 )
 from hango_worker.testing.fake_anthropic.cli import main, serve_forever, serve_script
+from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
 from hango_worker.testing.fake_anthropic.script import (
     STATUS_BY_TYPE,
     TYPE_BY_STATUS,
@@ -143,6 +151,7 @@ __all__ = [
     "ApiError",
     "CacheUsage",
     "FakeAnthropic",
+    "FakeRateLimit",
     "FakeTurn",
     "Fault",
     "Handler",

@@ -17,6 +17,7 @@ from hango_worker.testing.fake_anthropic.cache import (
     CacheUsage,
     PromptCache,
 )
+from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
 from hango_worker.testing.fake_anthropic.script import (
     DEFAULT_MESSAGES,
     TYPE_BY_STATUS,
@@ -66,6 +67,7 @@ class FakeAnthropic:
         min_cacheable_tokens: int = DEFAULT_MIN_CACHEABLE_TOKENS,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
         context_windows: dict[str, int] | None = None,
+        rate_limit: FakeRateLimit | None = None,
     ) -> None:
         if (script is None) == (handler is None):
             raise ValueError("give FakeAnthropic either a script or a handler")
@@ -78,6 +80,7 @@ class FakeAnthropic:
         self.context_window = context_window
         self.context_windows = dict(context_windows or {})
         self.requests: list[RecordedRequest] = []
+        self.rate_limit = rate_limit  # None: no limit (ratelimit.py)
         self._port = port
         self._injected: list[Fault] = []
         self._attempts: dict[int, int] = {}
@@ -225,6 +228,8 @@ class FakeAnthropic:
                 await writer.drain()
                 return True
             self._check_window(rec.body, rec.input_tokens)
+            if self.rate_limit is not None:
+                self._check_rate(rec)
             outcome = await self._pick(rec)
         except ApiError as e:
             return await self._send_error(writer, e, rid)
@@ -249,6 +254,19 @@ class FakeAnthropic:
                 400,
                 "invalid_request_error",
                 f"prompt is too long: {tokens} tokens > {window} maximum",
+            )
+
+    def _check_rate(self, rec: RecordedRequest) -> None:
+        assert self.rate_limit is not None
+        retry = self.rate_limit.take(rec.input_tokens or 0)
+        if retry is not None:
+            headers = {**self.rate_limit.headers(), "retry-after": _fmt_seconds(round(retry, 3))}
+            raise ApiError(
+                429,
+                "rate_limit_error",
+                "This request would exceed the rate limit for your organization of "
+                f"{self.rate_limit.requests_per_minute} requests per minute.",
+                headers,
             )
 
     def _authenticate(self, rec: RecordedRequest) -> None:
@@ -284,7 +302,7 @@ class FakeAnthropic:
         return faults[attempt] if attempt < len(faults) else (turn, index)
 
     async def _send_error(self, writer: asyncio.StreamWriter, e: ApiError, rid: str) -> bool:
-        headers = {"request-id": rid}
+        headers = {"request-id": rid, **e.headers}
         writer.write(json_response(e.status, error_body(e.type, e.message, rid), headers))
         await writer.drain()
         return True
@@ -354,6 +372,8 @@ class FakeAnthropic:
             "transfer-encoding": "chunked",
             "request-id": rid,
         }
+        if self.rate_limit is not None:
+            headers.update(self.rate_limit.headers())
         writer.write(response_head(200, headers))
         delay = delay_s or self.chunk_delay_s
         if delay:

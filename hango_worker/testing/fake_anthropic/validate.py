@@ -10,9 +10,12 @@ MAX_CACHE_BREAKPOINTS = 4
 class ApiError(Exception):
     """An error response: status, error type and message as the API words them."""
 
-    def __init__(self, status: int, type: str, message: str) -> None:
+    def __init__(
+        self, status: int, type: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.type, self.message = status, type, message
+        self.headers = dict(headers or {})  # extra response headers (e.g. a 429's)
 
 
 def content_blocks(message: Any) -> list[dict[str, Any]]:

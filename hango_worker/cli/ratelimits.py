@@ -1,0 +1,98 @@
+"""`ratelimits set|list|rm`: the fleet-wide model rate limits (store/ratelimits.py),
+used by workers started with HANGO_RATE_LIMIT_KEY."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from hango_worker.cli import exits
+from hango_worker.cli.commands import out, pool_for
+from hango_worker.cli.exits import CliError
+from hango_worker.cli.inputs import int_between, name
+from hango_worker.config import Settings
+from hango_worker.store import ratelimits as rl
+
+_PER_MINUTE = int_between(1, rl.MAX_PER_MINUTE)
+
+
+def _seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0.001 <= s <= 3600:
+        raise argparse.ArgumentTypeError(f"{s} is out of range: must be 0.001-3600")
+    return s
+
+
+def add_commands(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
+    rs = sub.add_parser(
+        "ratelimits", help="fleet-wide model rate limits (token buckets shared by all workers)"
+    ).add_subparsers(dest="sub", required=True, metavar="SUBCOMMAND")
+    st = cmd("set", cmd_ratelimits_set, "create or change a key's limits", rs, tenanted=False)
+    st.add_argument("key", type=name, help="as HANGO_RATE_LIMIT_KEY names it, e.g. anthropic")
+    st.add_argument("--rpm", type=_PER_MINUTE, help="requests per minute")
+    st.add_argument("--input-tpm", type=_PER_MINUTE, help="input tokens per minute")
+    st.add_argument("--output-tpm", type=_PER_MINUTE, help="output tokens per minute")
+    st.add_argument(
+        "--window-s", type=_seconds, default=60.0, help="bucket size in seconds of rate (60)"
+    )
+    st.add_argument("--json", action="store_true")
+    ls = cmd("list", cmd_ratelimits_list, "keys, limits and current levels", rs, tenanted=False)
+    ls.add_argument("--json", action="store_true")
+    rm = cmd(
+        "rm",
+        cmd_ratelimits_rm,
+        "remove a key's limits (its calls go unlimited)",
+        rs,
+        tenanted=False,
+    )
+    rm.add_argument("key", type=name)
+
+
+async def cmd_ratelimits_set(s: Settings, a: argparse.Namespace) -> int:
+    try:
+        async with pool_for(s) as (_, pool):
+            row = await rl.set_rate_limit(
+                pool,
+                a.key,
+                requests_per_minute=a.rpm,
+                input_tokens_per_minute=a.input_tpm,
+                output_tokens_per_minute=a.output_tpm,
+                window_s=a.window_s,
+            )
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    if a.json:
+        out(row)
+    else:
+        print(
+            f"{row['key']}: rpm={row['requests_per_minute']} "
+            f"input_tpm={row['input_tokens_per_minute']} "
+            f"output_tpm={row['output_tokens_per_minute']} window_s={row['window_s']}"
+        )
+    return exits.OK
+
+
+async def cmd_ratelimits_list(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        rows = await rl.list_rate_limits(pool)
+    if a.json:
+        out(rows)
+        return exits.OK
+    for r in rows:
+        print(
+            f"{r['key']}: rpm={r['requests_per_minute']} "
+            f"input_tpm={r['input_tokens_per_minute']} "
+            f"output_tpm={r['output_tokens_per_minute']} window_s={r['window_s']} "
+            f"blocked_until={r['blocked_until'] or '-'}"
+        )
+    return exits.OK
+
+
+async def cmd_ratelimits_rm(s: Settings, a: argparse.Namespace) -> int:
+    async with pool_for(s) as (_, pool):
+        await rl.remove_rate_limit(pool, a.key)
+    return exits.OK

@@ -1,0 +1,175 @@
+"""The claim and the fleet's limits, named in store/sql.py with every hot-path statement:
+CLAIM (fair across tenants, priority then age, max_running per tenant and agent),
+TENANT_RUNNING (the per-tenant gauge), RATE_TAKE / RATE_SETTLE (the fleet-wide model
+rate limit, run/ratelimit.py). See docs/operations.md "Tenants, fairness and limits".
+"""
+
+# Counters stay far below the int4 limit: the claim never picks a run whose
+# attempt is out of range (it would overflow `attempt + 1` and fail every
+# claim for everyone); the sweep fails such a run with `invalid_row` instead.
+ATTEMPT_LIMIT = 1_000_000_000
+
+# jsonb comes back as text and is decoded per row in Python (run/io.py:Claim):
+# a row that cannot be decoded must fail its own run, not the whole batch.
+#
+# Fair claiming (docs/operations.md "Tenants, fairness and limits"): `ring` walks the
+# tenants that have queued runs in id order from a random point (a skip scan of
+# runs_tenant_queue_idx, wrapping around), at most 4 x $2 of them (all of them when
+# fewer have work); `heads` keeps those with a claimable run and a free slot (as this
+# statement's snapshot sees it), the oldest head of queue first, at most $2; each gives
+# up to $2 runs by priority then age, fewer when its max_running leaves fewer free
+# (hango_claim_slots: a fresh count under a per-tenant advisory lock, so claimers on
+# other workers never exceed the limit together); an agent's max_running likewise.
+# The batch then takes the tenants' first runs before any tenant's second run
+# (rank / weight), so a backlog delays another tenant's run by at most one batch.
+# Cost: a few index probes per tenant looked at (at most 4 x $2) and $2 rows per
+# candidate tenant; independent of how many runs are queued or finished, and of how
+# many tenants there are.
+# The session check is a per-row probe of runs_session_idx: OFFSET 0 keeps the planner
+# from turning it into a join over every running run, and `status || ''` keeps it off
+# the partial indexes over running runs (runs_lease_idx, runs_tenant_running_idx),
+# which it would otherwise scan whole whenever its statistics saw few runs running.
+_CLAIMABLE = f"""r.status = 'queued' AND r.attempt >= 0 AND r.attempt < {ATTEMPT_LIMIT}
+      AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.session_id = r.session_id
+                      AND o.status || '' = 'running' OFFSET 0)"""
+_RUNNING_OF = "SELECT count(*) FROM runs c WHERE c.status = 'running' AND c.tenant_id = "
+_NEXT_TENANT = (
+    "(SELECT q.tenant_id FROM runs q WHERE q.status = 'queued' AND q.tenant_id {cmp} "
+    "ORDER BY q.tenant_id LIMIT 1)"
+)
+_FIRST_TENANT = (
+    "(SELECT q.tenant_id FROM runs q WHERE q.status = 'queued' ORDER BY q.tenant_id LIMIT 1)"
+)
+CLAIM = f"""
+WITH RECURSIVE start AS MATERIALIZED (
+    SELECT gen_random_uuid() AS at
+), ring (tid, n, wrapped) AS (
+    SELECT x.tid, 1, x.wrapped FROM start s CROSS JOIN LATERAL (
+        SELECT coalesce({_NEXT_TENANT.format(cmp=">= s.at")}, {_FIRST_TENANT}) AS tid,
+            {_NEXT_TENANT.format(cmp=">= s.at")} IS NULL AS wrapped
+    ) x WHERE x.tid IS NOT NULL
+    UNION ALL
+    SELECT nx.tid, g.n + 1, nx.wrapped FROM ring g, start s CROSS JOIN LATERAL (
+        SELECT coalesce({_NEXT_TENANT.format(cmp="> g.tid")},
+                        CASE WHEN NOT g.wrapped THEN {_FIRST_TENANT} END) AS tid,
+            g.wrapped OR {_NEXT_TENANT.format(cmp="> g.tid")} IS NULL AS wrapped
+    ) nx
+    WHERE g.n < least(4 * $2, 400) AND nx.tid IS NOT NULL
+      AND NOT (nx.wrapped AND nx.tid >= s.at)
+), heads AS MATERIALIZED (
+    SELECT t.id, t.weight, t.max_running, h.created_at AS head_at
+    FROM ring g JOIN tenants t ON t.id = g.tid
+    CROSS JOIN LATERAL (
+        SELECT r.created_at FROM runs r
+        WHERE r.tenant_id = t.id AND {_CLAIMABLE}
+        ORDER BY r.priority DESC, r.created_at LIMIT 1
+    ) h
+    WHERE t.max_running IS NULL OR t.max_running > ({_RUNNING_OF}t.id)
+    ORDER BY h.created_at LIMIT $2
+), slots AS MATERIALIZED (
+    SELECT h.id, h.weight, h.head_at, hango_claim_slots(h.id, NULL, h.max_running) AS n
+    FROM heads h
+), cand AS MATERIALIZED (
+    SELECT p.*, s.weight, s.head_at FROM slots s
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.tenant_id, r.agent_id, r.priority, r.created_at, ag.max_running
+        FROM runs r JOIN agents ag ON ag.id = r.agent_id
+        WHERE r.tenant_id = s.id AND {_CLAIMABLE}
+          AND (ag.max_running IS NULL
+               OR ag.max_running > ({_RUNNING_OF}r.tenant_id AND c.agent_id = r.agent_id))
+        ORDER BY r.priority DESC, r.created_at
+        FOR UPDATE OF r SKIP LOCKED
+        LIMIT least($2, s.n)
+    ) p
+), agent_slots AS MATERIALIZED (
+    SELECT a.agent_id, hango_claim_slots(a.tenant_id, a.agent_id, a.max_running) AS n
+    FROM (SELECT DISTINCT tenant_id, agent_id, max_running FROM cand
+          WHERE max_running IS NOT NULL) a
+), ranked AS (
+    SELECT c.id, c.weight, c.head_at, coalesce(x.n, 2147483647) AS agent_free,
+        row_number() OVER (PARTITION BY c.tenant_id ORDER BY c.priority DESC, c.created_at)
+            AS tenant_rank,
+        row_number() OVER (PARTITION BY c.agent_id ORDER BY c.priority DESC, c.created_at)
+            AS agent_rank
+    FROM cand c LEFT JOIN agent_slots x ON x.agent_id = c.agent_id
+), picked AS (
+    SELECT id FROM ranked WHERE agent_rank <= agent_free
+    ORDER BY (tenant_rank - 1)::float8 / weight, head_at, tenant_rank
+    LIMIT $2
+)
+UPDATE runs SET status = 'running', attempt = runs.attempt + 1, lease_owner = $1,
+    lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(started_at, now())
+FROM picked WHERE runs.id = picked.id
+RETURNING runs.id::text, runs.tenant_id::text, runs.session_id::text, runs.agent_id::text,
+    runs.input::text AS input, runs.state_json::text AS state_json, runs.attempt,
+    runs.trace_parent, runs.cancel_requested, runs.usage::text AS usage,
+    runs.waiting_for::text AS waiting_for, runs.depth, runs.parent_run_id::text AS parent_run_id,
+    greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s,
+    extract(epoch FROM runs.started_at)::float8 AS started_s
+"""
+
+# -- tenants and fleet-wide model rate limits (run/ratelimit.py; docs/operations.md
+# "Tenants, fairness and limits") --------------------------------------------------------
+# Running runs per tenant, for the hango_tenant_running_runs gauge (runs_tenant_running_idx).
+TENANT_RUNNING = """
+SELECT t.name AS tenant, count(r.id) AS running FROM tenants t
+LEFT JOIN runs r ON r.tenant_id = t.id AND r.status = 'running'
+GROUP BY t.name
+"""
+
+# One token bucket per key (rate_limits): each bucket refills continuously at its
+# per-minute rate up to `limit * window_s / 60`; a level is as of `refilled_at`. The row
+# lock (FOR UPDATE sees the latest committed level) makes a take atomic across workers.
+# $1 key, $2 the call's input tokens (estimated). Granted: one request and $2 input
+# tokens taken (the output bucket must not be in debt). Refused: nothing taken, and
+# `wait_s` says how long until it would be granted. No row: no limit (no rows back).
+_LEVEL = (
+    "CASE WHEN {lim} IS NULL THEN NULL ELSE least({lim} * window_s / 60.0, {col} "
+    "+ greatest(extract(epoch FROM clock_timestamp() - refilled_at), 0) * {lim} / 60.0) END"
+)
+RATE_TAKE = f"""
+WITH cur AS (
+    SELECT key, clock_timestamp() AS t, blocked_until,
+        requests_per_minute AS rpm, input_tokens_per_minute AS itpm,
+        output_tokens_per_minute AS otpm,
+        input_tokens_per_minute * window_s / 60.0 AS i_cap,
+        {_LEVEL.format(lim="requests_per_minute", col="requests")} AS r,
+        {_LEVEL.format(lim="input_tokens_per_minute", col="input_tokens")} AS i,
+        {_LEVEL.format(lim="output_tokens_per_minute", col="output_tokens")} AS o
+    FROM rate_limits WHERE key = $1 FOR UPDATE
+), d AS (
+    SELECT cur.*, least($2::float8, coalesce(i_cap, 0)) AS need,
+        (blocked_until IS NULL OR blocked_until <= t) AND (r IS NULL OR r >= 1)
+        AND (i IS NULL OR i >= least($2::float8, i_cap)) AND (o IS NULL OR o >= 0) AS ok
+    FROM cur
+), u AS (
+    UPDATE rate_limits l SET
+        requests = coalesce(d.r - CASE WHEN d.ok THEN 1 ELSE 0 END, 0),
+        input_tokens = coalesce(d.i - CASE WHEN d.ok THEN d.need ELSE 0 END, 0),
+        output_tokens = coalesce(d.o, 0), refilled_at = d.t, updated_at = d.t
+    FROM d WHERE l.key = d.key
+    RETURNING 1
+)
+SELECT ok, CASE WHEN ok THEN 0 ELSE greatest(
+        coalesce(extract(epoch FROM blocked_until - t), 0),
+        coalesce((1 - r) * 60.0 / rpm, 0),
+        coalesce((need - i) * 60.0 / itpm, 0),
+        coalesce((0 - o) * 60.0 / otpm, 0), 0.001) END::float8 AS wait_s,
+    (SELECT count(*) FROM u) AS taken
+FROM d
+"""
+
+# After a call: $2 input tokens beyond the estimate taken before it (may be negative),
+# $3 output tokens used; what the provider said: $4/$5/$6 requests / input / output
+# tokens remaining (NULL: not said; a bucket never holds more than the provider says
+# is left), $7 seconds to pause every worker's calls (retry-after of a 429; NULL: none).
+RATE_SETTLE = """
+UPDATE rate_limits SET
+    input_tokens = least(input_tokens - $2::float8, coalesce($5::float8, 'Infinity')),
+    output_tokens = least(output_tokens - $3::float8, coalesce($6::float8, 'Infinity')),
+    requests = least(requests, coalesce($4::float8, 'Infinity')),
+    blocked_until = CASE WHEN $7::float8 IS NULL THEN blocked_until ELSE greatest(
+        blocked_until, clock_timestamp() + make_interval(secs => $7::float8)) END,
+    updated_at = clock_timestamp()
+WHERE key = $1
+"""
