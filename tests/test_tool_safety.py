@@ -120,7 +120,9 @@ async def test_cancel_interrupts_a_running_tool_and_the_run_ends_cancelled(
         return "never"
 
     hang = Tool("hang", "Cancels its run, then never returns.", OBJ, cancel_then_hang)
-    await make_agent(pool, tools=["hang"])
+    # one call at a time, so the second call is still to start when the cancel comes
+    # (side by side: tests/test_parallel_tools.py)
+    await make_agent(pool, tools=["hang"], config={"max_parallel_tools": 1})
     run_id = await enqueue(pool)
     before = tool_calls("hang", "cancelled")
     script = [{"tool_calls": [call("hang"), call("hang")]}, {"text": "unreachable"}]
