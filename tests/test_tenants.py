@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from hango_worker.client import Client
-from hango_worker.store import repo, sql, tenants
+from hango_worker.store import db, repo, sql, tenants
 from tests.tenant_helpers import bulk_enqueue, claim, tenant_with_agent
 
 BATCH = 8
@@ -110,21 +110,39 @@ async def test_bad_tenant_input_is_refused_with_a_clear_error(pool: asyncpg.Pool
     assert await pool.fetchval("SELECT count(*) FROM runs") == 0
 
 
-async def _plan(pool: asyncpg.Pool) -> str:
-    async with pool.acquire() as conn:
-        raw = await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql.CLAIM, "w", BATCH, 30.0)
+async def _plan(dsn: str, settings: dict[str, str] | None) -> str:
+    """CLAIM's plan on a connection opened as the worker's claim connection is (settings:
+    sql.CLAIM_SESSION_SETTINGS) or as the shared pool's (None: the worker's fallback),
+    prepared and executed as asyncpg runs it: the plan that connection would use."""
+    pool = await db.create_pool(dsn, min_size=1, max_size=1, server_settings=settings)
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("PREPARE claim_plan(text, int, float8) AS " + sql.CLAIM)
+            for _ in range(6):  # past the custom plans plan_cache_mode=auto starts with
+                await conn.execute(f"EXPLAIN EXECUTE claim_plan('w', {BATCH}, 30.0)")
+            raw = await conn.fetchval(
+                f"EXPLAIN (FORMAT JSON) EXECUTE claim_plan('w', {BATCH}, 30.0)"
+            )
+    finally:
+        await pool.close()
     return json.dumps(json.loads(raw) if isinstance(raw, str) else raw)
 
 
+@pytest.mark.parametrize("settings", [sql.CLAIM_SESSION_SETTINGS, None], ids=["claim", "shared"])
 async def test_the_claim_reads_runs_by_index_only_whatever_is_queued_or_finished(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, dsn: str, settings: dict[str, str] | None
 ) -> None:
     ts = [await tenant_with_agent(pool, f"t{i}") for i in range(20)]
     for t in ts:
         await bulk_enqueue(pool, t, 1000)
     await pool.execute("UPDATE runs SET status = 'succeeded' WHERE random() < 0.5")
     await pool.execute("ANALYZE")
-    plan = json.loads(await _plan(pool))
+    text = await _plan(dsn, settings)
+    plan = json.loads(text)
+    if settings is not None:
+        # planned once for every claim (a generic plan: the batch size stays a parameter)
+        assert settings["plan_cache_mode"] == "force_generic_plan"
+        assert "LEAST((4 * $2), 400)" in text, text[:2000]
     scans: list[tuple[str, str]] = []  # (node type, index) of each read of a table
     kinds: list[tuple[str, str]] = []  # (node type, table)
 
