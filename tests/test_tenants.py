@@ -30,6 +30,29 @@ async def test_one_tenants_backlog_delays_another_by_at_most_one_claim_batch(
     assert Counter(row["tenant_id"] for row in first) == {a: BATCH - 1, b: 1}
 
 
+async def test_the_claim_walks_the_ring_of_tenants_round_from_any_start(
+    pool: asyncpg.Pool,
+) -> None:
+    """Each claim starts its walk of the tenants with work at a random point and wraps
+    round: every tenant is found whatever the start (12 of 12), and a batch's tenants
+    are distinct while more than a batch of tenants have work (40 tenants, 5 claims)."""
+    few = [await tenant_with_agent(pool, f"f{i}") for i in range(12)]
+    for _ in range(10):
+        for t in few:
+            await bulk_enqueue(pool, t, 1)
+        got = await claim(pool, 12)
+        assert sorted(row["tenant_id"] for row in got) == sorted(few)
+    many = few + [await tenant_with_agent(pool, f"m{i}") for i in range(28)]
+    for t in many:
+        await bulk_enqueue(pool, t, 1)
+    seen: list[str] = []
+    for _ in range(5):
+        got = await claim(pool, BATCH)
+        assert len({row["tenant_id"] for row in got}) == len(got) == BATCH
+        seen += [row["tenant_id"] for row in got]
+    assert sorted(seen) == sorted(many)
+
+
 async def test_claims_alternate_by_weight_when_both_tenants_have_a_backlog(
     pool: asyncpg.Pool,
 ) -> None:
