@@ -438,7 +438,7 @@ ORDER BY name, version DESC
 # CLAIM on every claim, and planning alone grew with the queue's depth (EXPLAIN of one
 # tenant's queue: 4 ms at 1,000 queued runs, 8.6 ms at 100,000), while the plan, generic
 # or not, reads the same index paths at both depths (~190 vs ~250 buffers, one more
-# B-tree level) and executes in ~2 ms (bench/claim.py; docs/benchmarks.md).
+# B-tree level) and executes in ~2 ms (bench/claim.py).
 CLAIM_SESSION_SETTINGS = {"enable_bitmapscan": "off", "plan_cache_mode": "force_generic_plan"}
 
 # The live text of every run with news since the last flush (run/stream.py): one
