@@ -2,8 +2,11 @@
 beside 1,000.
 
 Each case is a fresh database holding the queued runs (each in its own session); a
-claim of 8 runs is timed (wall clock, one connection, the statement prepared) again and
-again, the statement alone and with its commit; the claimed runs stay running. Cases:
+claim of 8 runs is timed (wall clock) again and again, the statement alone and with its
+commit, on a connection opened as the worker opens its claim connection (store/db.py
+`create_pool` with `server_settings=sql.CLAIM_SESSION_SETTINGS`, the statement from
+asyncpg's statement cache, as run/worker.py `_claim` runs it); the claimed runs stay
+running. Cases:
 one tenant with 1,000 and with 100,000 queued runs (the cost must not follow the
 queue's depth), 100,000 over 1,000 tenants (the claim reads each tenant's head of
 queue), and the same with max_running set on every tenant (the per-tenant advisory
@@ -20,7 +23,7 @@ from typing import Any
 import asyncpg
 
 from bench.common import Sizes, create_database, drop_database, log
-from hango_worker.store import repo, sql
+from hango_worker.store import db, repo, sql
 
 BATCH = 8
 WARMUP = 5  # claims before timing
@@ -69,6 +72,21 @@ async def _fill(conn: asyncpg.Connection, runs: int, tenants: int, limited: bool
     await conn.execute("VACUUM ANALYZE")
 
 
+async def _time(conn: asyncpg.Connection, claims: int) -> tuple[list[float], list[float], int]:
+    """(statement ms, with commit ms, runs claimed) of `claims` claims after a warm-up."""
+    for _ in range(WARMUP):  # warm the plan and the cache
+        await conn.fetch(sql.CLAIM, "bench", BATCH, 60.0)
+    ms, total, got = [], [], 0
+    for _ in range(claims):
+        t0 = time.perf_counter()
+        async with conn.transaction():
+            rows = await conn.fetch(sql.CLAIM, "bench", BATCH, 60.0)
+            ms.append((time.perf_counter() - t0) * 1000)
+        total.append((time.perf_counter() - t0) * 1000)
+        got += len(rows)
+    return ms, total, got
+
+
 async def _one(admin: str, runs: int, tenants: int, limited: bool, claims: int) -> dict[str, Any]:
     claims = min(claims, runs // BATCH - WARMUP)
     dsn = await create_database(admin, "claim", migrated=True)
@@ -76,20 +94,18 @@ async def _one(admin: str, runs: int, tenants: int, limited: bool, claims: int) 
         conn = await asyncpg.connect(dsn)
         try:
             await _fill(conn, runs, tenants, limited)
-            stmt = await conn.prepare(sql.CLAIM)
-            for _ in range(WARMUP):  # warm the plan and the cache
-                await stmt.fetch("bench", BATCH, 60.0)
-            ms, total, got = [], [], 0
-            for _ in range(claims):
-                t0 = time.perf_counter()
-                async with conn.transaction():
-                    rows = await stmt.fetch("bench", BATCH, 60.0)
-                    ms.append((time.perf_counter() - t0) * 1000)
-                total.append((time.perf_counter() - t0) * 1000)
-                got += len(rows)
-            assert got == claims * BATCH, f"claimed {got} of {claims * BATCH}"
         finally:
             await conn.close()
+        # the worker's claim connection (run/worker.py `_open_claim_pool`)
+        pool = await db.create_pool(
+            dsn, min_size=1, max_size=1, server_settings=sql.CLAIM_SESSION_SETTINGS
+        )
+        try:
+            async with pool.acquire() as claim_conn:
+                ms, total, got = await _time(claim_conn, claims)
+        finally:
+            await pool.close()
+        assert got == claims * BATCH, f"claimed {got} of {claims * BATCH}"
     finally:
         await drop_database(admin, dsn)
     ms.sort()

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from hango_worker.client import Client
-from hango_worker.store import repo, sql, tenants
+from hango_worker.store import db, repo, sql, tenants
 from tests.tenant_helpers import bulk_enqueue, claim, tenant_with_agent
 
 BATCH = 8
@@ -28,6 +28,29 @@ async def test_one_tenants_backlog_delays_another_by_at_most_one_claim_batch(
     assert r["run_id"] in [row["id"] for row in first], "B's run must be in the first batch"
     # and B's run goes first among the tenants' first runs: A gets the other slots
     assert Counter(row["tenant_id"] for row in first) == {a: BATCH - 1, b: 1}
+
+
+async def test_the_claim_walks_the_ring_of_tenants_round_from_any_start(
+    pool: asyncpg.Pool,
+) -> None:
+    """Each claim starts its walk of the tenants with work at a random point and wraps
+    round: every tenant is found whatever the start (12 of 12), and a batch's tenants
+    are distinct while more than a batch of tenants have work (40 tenants, 5 claims)."""
+    few = [await tenant_with_agent(pool, f"f{i}") for i in range(12)]
+    for _ in range(10):
+        for t in few:
+            await bulk_enqueue(pool, t, 1)
+        got = await claim(pool, 12)
+        assert sorted(row["tenant_id"] for row in got) == sorted(few)
+    many = few + [await tenant_with_agent(pool, f"m{i}") for i in range(28)]
+    for t in many:
+        await bulk_enqueue(pool, t, 1)
+    seen: list[str] = []
+    for _ in range(5):
+        got = await claim(pool, BATCH)
+        assert len({row["tenant_id"] for row in got}) == len(got) == BATCH
+        seen += [row["tenant_id"] for row in got]
+    assert sorted(seen) == sorted(many)
 
 
 async def test_claims_alternate_by_weight_when_both_tenants_have_a_backlog(
@@ -110,21 +133,39 @@ async def test_bad_tenant_input_is_refused_with_a_clear_error(pool: asyncpg.Pool
     assert await pool.fetchval("SELECT count(*) FROM runs") == 0
 
 
-async def _plan(pool: asyncpg.Pool) -> str:
-    async with pool.acquire() as conn:
-        raw = await conn.fetchval("EXPLAIN (FORMAT JSON) " + sql.CLAIM, "w", BATCH, 30.0)
+async def _plan(dsn: str, settings: dict[str, str] | None) -> str:
+    """CLAIM's plan on a connection opened as the worker's claim connection is (settings:
+    sql.CLAIM_SESSION_SETTINGS) or as the shared pool's (None: the worker's fallback),
+    prepared and executed as asyncpg runs it: the plan that connection would use."""
+    pool = await db.create_pool(dsn, min_size=1, max_size=1, server_settings=settings)
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("PREPARE claim_plan(text, int, float8) AS " + sql.CLAIM)
+            for _ in range(6):  # past the custom plans plan_cache_mode=auto starts with
+                await conn.execute(f"EXPLAIN EXECUTE claim_plan('w', {BATCH}, 30.0)")
+            raw = await conn.fetchval(
+                f"EXPLAIN (FORMAT JSON) EXECUTE claim_plan('w', {BATCH}, 30.0)"
+            )
+    finally:
+        await pool.close()
     return json.dumps(json.loads(raw) if isinstance(raw, str) else raw)
 
 
+@pytest.mark.parametrize("settings", [sql.CLAIM_SESSION_SETTINGS, None], ids=["claim", "shared"])
 async def test_the_claim_reads_runs_by_index_only_whatever_is_queued_or_finished(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool, dsn: str, settings: dict[str, str] | None
 ) -> None:
     ts = [await tenant_with_agent(pool, f"t{i}") for i in range(20)]
     for t in ts:
         await bulk_enqueue(pool, t, 1000)
     await pool.execute("UPDATE runs SET status = 'succeeded' WHERE random() < 0.5")
     await pool.execute("ANALYZE")
-    plan = json.loads(await _plan(pool))
+    text = await _plan(dsn, settings)
+    plan = json.loads(text)
+    if settings is not None:
+        # planned once for every claim (a generic plan: the batch size stays a parameter)
+        assert settings["plan_cache_mode"] == "force_generic_plan"
+        assert "LEAST((4 * $2), 400)" in text, text[:2000]
     scans: list[tuple[str, str]] = []  # (node type, index) of each read of a table
     kinds: list[tuple[str, str]] = []  # (node type, table)
 

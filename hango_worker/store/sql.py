@@ -433,8 +433,13 @@ ORDER BY name, version DESC
 # running runs, then sorted: O(queue depth) per claim, ~8,000 buffer reads at a depth of
 # 1,000. Without bitmap scans the plans left walk the queue indexes in order and stop at
 # the LIMIT, whatever the statistics say (the fair claim of sql_claim.py walks
-# runs_tenant_queue_idx per tenant).
-CLAIM_SESSION_SETTINGS = {"enable_bitmapscan": "off"}
+# runs_tenant_queue_idx per tenant). A generic plan (force_generic_plan), planned once
+# per connection (asyncpg prepares and caches the statement): custom plans re-planned
+# CLAIM on every claim, and planning alone grew with the queue's depth (EXPLAIN of one
+# tenant's queue: 4 ms at 1,000 queued runs, 8.6 ms at 100,000), while the plan, generic
+# or not, reads the same index paths at both depths (~190 vs ~250 buffers, one more
+# B-tree level) and executes in ~2 ms (bench/claim.py).
+CLAIM_SESSION_SETTINGS = {"enable_bitmapscan": "off", "plan_cache_mode": "force_generic_plan"}
 
 # The live text of every run with news since the last flush (run/stream.py): one
 # statement and one transaction per flush, not one per run. Sent in array order.
