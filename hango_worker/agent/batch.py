@@ -104,10 +104,7 @@ class ToolBatches:
             b.group.append(i)
             if alone:
                 await self._flush(state, b)
-        await self._flush(state, b)
-        if b.children:
-            metrics.RUNS_SUSPENDED.labels("children").inc()
-            raise Waiting({"reason": "children", "not_started": b.children_ids()})
+        await self._last_group(state, b)
         state.messages.append(Message("user", b.blocks()))
         state.scratch.clear()
 
@@ -167,6 +164,13 @@ class ToolBatches:
             return True
         tool = self._tools.get(call.name)
         return (tool is not None and tool.sequential) or self.chain.runs_alone(call)
+
+    async def _last_group(self, state: State, b: _Batch) -> None:
+        """Run the last group; a batch that started child runs then waits for them."""
+        await self._flush(state, b)
+        if b.children:
+            metrics.RUNS_SUSPENDED.labels("children").inc()
+            raise Waiting({"reason": "children", "not_started": b.children_ids()})
 
     async def _flush(self, state: State, b: _Batch) -> None:
         """Run the calls waiting in `b.group` and record each as it completes. A call a
@@ -347,10 +351,7 @@ class ToolBatches:
             b.group.append(i)
             if alone:
                 await self._flush(state, b)
-        await self._flush(state, b)
-        if b.children:
-            metrics.RUNS_SUSPENDED.labels("children").inc()
-            raise Waiting({"reason": "children", "not_started": b.children_ids()})
+        await self._last_group(state, b)
         if b.results:
             state.messages.append(Message("user", b.blocks()))
 
