@@ -46,14 +46,15 @@ def _compose_tool(wrappers: Sequence[ToolWrapper], base: ToolHandler) -> ToolHan
     return handler
 
 
-_CAPABILITIES = (ModelWrapper, ToolWrapper, RunHook, ToolProvider, PromptContributor)
+_CAPABILITIES = (ModelWrapper, ToolWrapper, RunHook, ToolProvider, PromptContributor, CallOrder)
 # isinstance against runtime_checkable protocols is slow (it inspects the class every
 # time); a middleware class's capabilities never change, so they are looked up once.
 _capability_cache: dict[type, tuple[bool, ...]] = {}
 
 
 def capabilities(m: Middleware) -> tuple[bool, ...]:
-    """(model wrapper, tool wrapper, run hook, tool provider, prompt contributor)."""
+    """(model wrapper, tool wrapper, run hook, tool provider, prompt contributor,
+    call order)."""
     cls = type(m)
     found = _capability_cache.get(cls)
     if found is None:
@@ -88,8 +89,7 @@ class Chain:
         self._contributor_positions = [self.positions[c.name] for c in self.contributors]
         self._model: tuple[ModelHandler, ModelHandler] | None = None
         self._tool: tuple[ToolHandler, ToolHandler] | None = None
-        # checked once per chain (an attempt), like the capabilities above
-        self._ordering: list[CallOrder] = [m for m in mws if isinstance(m, CallOrder)]
+        self._ordering: list[CallOrder] = having(5)
 
     async def model_call(self, req: ModelRequest, base: ModelHandler) -> ModelResponse:
         if self._model is None or self._model[0] is not base:
