@@ -21,9 +21,10 @@ from hango_worker.provider.types import (
     ToolUseBlock,
     Usage,
 )
+from hango_worker.service import serve
 from hango_worker.store import fork, repo
 from hango_worker.vocab import ErrorType
-from tests.worker_helpers import details, enqueue, run_until_idle
+from tests.worker_helpers import details, enqueue, run_until_idle, settings
 
 T = repo.DEFAULT_TENANT_ID
 
@@ -240,3 +241,38 @@ async def test_client_wait_returns_when_the_parent_ends_not_while_its_children_r
     run = await Client(pool).wait(parent, timeout_s=60, poll_s=0.2)
     assert run["status"] == "succeeded"
     await worker
+
+
+async def test_until_idle_does_not_stop_while_a_run_ending_during_the_claim_queued_another(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """The race CI once hit: the claim's snapshot is taken before the last child's
+    wake-up of its parent commits, and the child is gone from the in-flight set by the
+    time the claim returns. Forced here: every claim made while runs are in flight
+    returns only after they have all ended. An idle worker must still claim the parent."""
+    await agents(pool)
+    parent = await enqueue(pool, "go", agent="boss")
+
+    def slow_claims(worker: Any, _server: Any) -> None:
+        claim = worker._claim
+
+        async def claim_then_let_runs_end(n: int) -> int:
+            got = await claim(n)
+            running = [f.task for f in worker._inflight.values()]
+            if got == 0 and running:
+                await asyncio.wait(running)
+            return int(got)
+
+        worker._claim = claim_then_let_runs_end
+
+    await serve(
+        settings(dsn, worker_concurrency=4),
+        dsn,
+        until_idle=True,
+        provider=TreeModel(tasks("a")),
+        logs=False,
+        metrics=False,
+        on_ready=slow_claims,
+    )
+    run = await details(pool, parent)
+    assert run["status"] == "succeeded", (run["status"], run["error"])

@@ -136,8 +136,11 @@ class Worker:
         while not self._stopping:
             self._wake.clear()
             free = self.settings.worker_concurrency - len(self._inflight)
+            # idle only if nothing ran while the claim looked: a run ending during the
+            # claim may have queued another (a parent woken) after the claim's snapshot
+            busy = bool(self._inflight)
             claimed = await self._claim(free) if free > 0 else 0
-            if until_idle and claimed == 0 and not self._inflight:
+            if until_idle and claimed == 0 and not busy and not self._inflight:
                 return
             if claimed and claimed == free:
                 continue
