@@ -9,17 +9,17 @@ the machine.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import statistics
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Literal
+from typing import Any
 
 import anthropic
 import pytest
 
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.control import RunControl
 from hango_worker.agent.loop import AgentLoop, LoopSettings
 from hango_worker.agent.ports import Event, Outcome
 from hango_worker.agent.spec import AgentSpec
@@ -219,7 +219,7 @@ class MemoryIO:
     """RunIO in memory: keeps what the loop would have committed."""
 
     def __init__(self) -> None:
-        self.cancel_event = asyncio.Event()
+        self.control = RunControl(retry_base_s=0.01, retry_cap_s=0.05)
         self.messages: list[Message] = []
         self.events: list[Event] = []
         self.outcome: Outcome | None = None
@@ -242,9 +242,6 @@ class MemoryIO:
     ) -> None:
         self.events.append(event)
 
-    def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
-        return None
-
 
 async def run_loop(provider: Provider, prompt: str = "What is the answer?") -> MemoryIO:
     agent = AgentSpec(
@@ -253,7 +250,7 @@ async def run_loop(provider: Provider, prompt: str = "What is the answer?") -> M
     state = State(run_id="r1", session_id="s1", agent_id="a1", tenant_id="t1")
     state.messages.append(user(prompt))
     io = MemoryIO()
-    settings = LoopSettings(max_turns=6, retry_base_s=0.01, retry_cap_s=0.05)
+    settings = LoopSettings(max_turns=6)
     view = Registry.default(load_entry_points=False).view(agent.tools)
     loop = AgentLoop(agent, Chain([]), view, provider, io, settings)
     io.outcome = await loop.run(state)

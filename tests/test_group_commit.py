@@ -94,7 +94,7 @@ async def test_a_stolen_lease_rejects_only_its_run_in_a_shared_commit(
     assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
     assert await _xids(pool, [a.run_id, c.run_id]) == 1  # one transaction for both
     assert res[0] is None and res[2] is None
-    assert isinstance(res[1], Fenced) and io_b.lost and not io_a.lost
+    assert isinstance(res[1], Fenced) and io_b.control.lost and not io_a.control.lost
     assert await _texts(pool, a.run_id) == ["go", "a's answer"]
     assert await _texts(pool, c.run_id) == ["go", "c's"]
     assert await _texts(pool, b.run_id) == []

@@ -231,9 +231,9 @@ async def test_model_wrappers_get_a_copy_of_the_history_not_the_history() -> Non
 def _stopper(io: MemoryRunIO, how: str) -> Tool:
     async def stop(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if how == "cancel":
-            io.cancel_event.set()
+            io.control.cancel.set()
         else:
-            io.shutdown = True
+            io.control.shutdown = True
         return ToolResult("stopping")
 
     return Tool("stopper", "Asks the run to stop.", {"type": "object"}, stop)
@@ -264,7 +264,7 @@ class HangsUntilCancelled:
         self.interrupted = False
 
     async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
-        self.io.cancel_event.set()
+        self.io.control.cancel.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -308,7 +308,7 @@ def _busy(retry_after_s: float | None = None) -> ModelError:
 
 async def test_cancel_during_a_retry_backoff_ends_the_run_without_another_call() -> None:
     io = MemoryRunIO()
-    provider = FailsFirst(scripted({"text": "x"}), [_busy(60.0)], on_error=io.cancel_event.set)
+    provider = FailsFirst(scripted({"text": "x"}), [_busy(60.0)], on_error=io.control.cancel.set)
     outcome, _, _ = await run_agent(agent(), provider, io=io)
     assert outcome.status == "cancelled"
     assert provider.calls == 1

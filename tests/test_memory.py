@@ -378,7 +378,7 @@ async def test_a_fenced_out_write_stores_nothing(pool: asyncpg.Pool) -> None:
     )
     assert result.is_error and result.content == FENCED
     assert await pool.fetchval("SELECT count(*) FROM memories") == 0
-    assert io.lost  # the run's next checkpoint raises Fenced without a query
+    assert io.control.lost  # the run's next checkpoint raises Fenced without a query
     assert writes("create", "fenced") - before == 1
 
 

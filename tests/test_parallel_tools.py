@@ -280,7 +280,7 @@ async def test_cancel_mid_batch_keeps_finished_results_and_interrupts_the_runnin
     async def cancel_when_both_run() -> None:
         while t.started() != ["fast", "s1", "s2"]:
             await asyncio.sleep(0.01)
-        io.cancel_event.set()
+        io.control.cancel.set()
 
     canceller = asyncio.ensure_future(cancel_when_both_run())
     started = time.monotonic()
@@ -434,7 +434,7 @@ async def test_a_shutdown_mid_batch_lets_the_calls_finish_and_hands_the_run_back
     async def shutdown_when_all_run() -> None:
         while len(t.started()) < 3:
             await asyncio.sleep(0.01)
-        io.shutdown = True
+        io.control.shutdown = True
 
     stopper = asyncio.ensure_future(shutdown_when_all_run())
     outcome, state, _ = await run_agent(

@@ -311,7 +311,7 @@ async def test_a_pending_cancel_reruns_nothing_on_resume() -> None:
     pending = Message("assistant", [ToolUseBlock(id="toolu_1", name="echo", input={"text": "x"})])
     state = make_state(spec, history=[Message("user", [TextBlock("go")]), pending], text=None)
     io = MemoryRunIO()
-    io.cancel_event.set()
+    io.control.cancel.set()
     outcome, state, io = await run_agent(
         spec,
         scripted({"text": "never"}),

@@ -11,8 +11,10 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from hango_worker.agent.calls import RunCancelled
+from hango_worker.agent.calls import ModelCaller, RunCancelled
+from hango_worker.agent.control import RunControl
 from hango_worker.provider.anthropic import AnthropicProvider
+from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.provider.types import (
     Message,
     ModelError,
@@ -22,7 +24,7 @@ from hango_worker.provider.types import (
     TextBlock,
     Usage,
 )
-from hango_worker.run.ratelimit import RunRateGate
+from hango_worker.run.ratelimit import MAX_SLEEP_S, RunRateGate
 from hango_worker.service import serve
 from hango_worker.store import ratelimits, sql
 from hango_worker.testing import OTLPReceiver
@@ -69,22 +71,24 @@ async def test_a_429_pauses_every_caller_and_headers_cap_the_bucket(pool: asyncp
     await ratelimits.set_rate_limit(pool, "anthropic", requests_per_minute=6000)
     gate = RunRateGate(pool, "anthropic")
     before = REGISTRY.get_sample_value("hango_rate_limited_calls_total", {"key": "anthropic"})
-    assert await gate.before(_request(), asyncio.Event()) == 0.0
+    assert await gate.take(_request()) == 0.0
     err = ModelError("rate_limit_error", "slow down", retryable=True, status=429, retry_after_s=30)
-    await gate.after(_request(), None, err)
+    await gate.settle(_request(), None, err)
     after = REGISTRY.get_sample_value("hango_rate_limited_calls_total", {"key": "anthropic"})
     assert (after or 0) - (before or 0) == 1
     ok, wait = await _take(pool, "anthropic")
     assert not ok and 29 < wait <= 30  # the retry-after, for every worker
-    cancel = asyncio.Event()
-    cancel.set()
+    assert await gate.take(_request()) == MAX_SLEEP_S  # asked again at least this often
+    control = RunControl(rate_gate=gate)
+    control.cancel.set()
+    caller = ModelCaller(ScriptedProvider([{"text": "never"}]), control, "scripted", False)
     with pytest.raises(RunCancelled):  # a cancel cuts the wait short
-        await gate.before(_request(), cancel)
+        await caller.call(_request(), None)
     # the provider says fewer requests are left than the bucket holds: it follows
     await ratelimits.set_rate_limit(pool, "h", requests_per_minute=6000)
     resp = Response(Message("assistant", [TextBlock("ok")]), StopReason.END_TURN, Usage(10, 5))
     resp.rate_limit_headers = {"anthropic-ratelimit-requests-remaining": "0"}
-    await RunRateGate(pool, "h").after(_request(), resp, None)
+    await RunRateGate(pool, "h").settle(_request(), resp, None)
     level = await pool.fetchval("SELECT requests FROM rate_limits WHERE key = 'h'")
     assert level == 0
 

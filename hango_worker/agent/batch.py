@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from hango_worker.agent.calls import RunCancelled, until_cancelled
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.control import RunControl
 from hango_worker.agent.limits import Limits, ToolCounts
 from hango_worker.agent.middleware import AwaitChild, SuspendRun, ToolCallRequest, ToolHandler
 from hango_worker.agent.ports import Event, RunIO
@@ -77,6 +78,7 @@ class _Batch:
 class ToolBatches:
     chain: Chain
     io: RunIO
+    control: RunControl
     view: View
     settings: Any  # LoopSettings
     _tools: dict[str, Tool]
@@ -151,7 +153,7 @@ class ToolBatches:
                 "as a JSON object",
                 "invalid_arguments",
             )
-        if self.io.cancel_event.is_set():
+        if self.control.cancel.is_set():
             return _cancelled_before()
         return None
 
@@ -160,7 +162,7 @@ class ToolBatches:
     def _runs_alone(self, call: ToolUseBlock) -> bool:
         """A call of a `sequential` tool, or one a middleware needs in order (an
         approval), runs alone: after the calls before it, before the calls after it."""
-        if self.settings.max_parallel_tools <= 1:
+        if self.control.max_parallel_tools <= 1:
             return True
         tool = self._tools.get(call.name)
         return (tool is not None and tool.sequential) or self.chain.runs_alone(call)
@@ -194,7 +196,7 @@ class ToolBatches:
         if len(group) == 1:
             await self._run_call(state, b, group[0], None)
             return
-        limit = self.settings.max_parallel_tools
+        limit = self.control.max_parallel_tools
         current_turn_span().add_event(
             "tool.parallel_group",
             {"hango.tool.parallel.calls": len(group), "hango.tool.parallel.limit": limit},
@@ -215,7 +217,7 @@ class ToolBatches:
     ) -> None:
         call = b.uses[i]
         async with gate or contextlib.nullcontext():
-            if gate is not None and self.io.cancel_event.is_set():
+            if gate is not None and self.control.cancel.is_set():
                 result = _cancelled_before()  # cancelled while it waited for a free slot
             else:
                 try:
@@ -293,7 +295,7 @@ class ToolBatches:
         """Run one tool call (through the chain), but stop it as soon as the run is
         cancelled: the call is then answered as interrupted, its outcome unknown."""
         try:
-            return await until_cancelled(call, self.io.cancel_event)
+            return await until_cancelled(call, self.control.cancel)
         except RunCancelled:
             return ToolResult.error(
                 "interrupted: the run was cancelled while this tool was running; "
@@ -322,7 +324,7 @@ class ToolBatches:
         if not uses:
             return
         self._tools = {t.name: t for t in [*self.view, *self.chain.tools(state)]}
-        cancelling = self.io.stop_requested() == "cancel"
+        cancelling = self.control.stop_requested() == "cancel"
         b = _Batch(uses, resume_turn=turn)
         seen: set[str] = set()
         for i, call in enumerate(uses):

@@ -1,22 +1,23 @@
-"""Calls that race the run's cancel event: the model call (with its retries) and,
-through `until_cancelled`, each tool call.
+"""Calls that obey the run's control (agent/control.py): the model call, with its
+retries and its wait for the rate limit, and, through `until_cancelled`, each tool
+call.
 
 Kept apart from the loop so that `agent/loop.py` is the turn's control flow only:
-a cancel is one event (`RunIO.cancel_event`), raced by one function here, and
-the model's retry policy — bounded attempts, exponential jittered backoff or the
-server's `retry-after`, a backoff that a cancel cuts short — lives in one class.
+a cancel is one event (`RunControl.cancel`), raced by one function here, and a model
+call's whole policy — wait until the rate limit grants it, call, settle the bucket,
+retry a retryable error after a backoff (bounded attempts, exponential jittered or
+the server's `retry-after`), every wait cut short by a cancel — lives in one class.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import random
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
+from hango_worker.agent.control import RateGate, RunCancelled, RunControl
 from hango_worker.agent.middleware import ModelResponse
 from hango_worker.provider.types import ModelError, Provider, Request, TextSink
 from hango_worker.telemetry import genai
@@ -24,9 +25,7 @@ from hango_worker.tool.types import stop_task
 
 T = TypeVar("T")
 
-
-class RunCancelled(Exception):
-    pass
+__all__ = ["ModelCaller", "RunCancelled", "until_cancelled"]
 
 
 async def until_cancelled(call: Awaitable[T], cancel: asyncio.Event) -> T:
@@ -47,72 +46,63 @@ async def until_cancelled(call: Awaitable[T], cancel: asyncio.Event) -> T:
     raise RunCancelled()
 
 
-class RateGate(Protocol):
-    """Before each model call (retries too): wait for the fleet-wide rate limit
-    (run/ratelimit.py); after it: what the call used and what the provider said."""
-
-    async def before(self, request: Request, cancel: asyncio.Event) -> float:
-        """Seconds waited (0.0: none). Raises RunCancelled when cancelled meanwhile."""
-        ...
-
-    async def after(
-        self, request: Request, response: ModelResponse | None, error: ModelError | None
-    ) -> None: ...
-
-
 @dataclass(slots=True)
 class ModelCaller:
-    """One run's model calls: a `chat` span each, retryable errors retried, every
-    call and every backoff interrupted by a cancel (RunCancelled)."""
+    """One run's model calls: each waits for the rate limit, runs under a `chat` span
+    and settles the bucket; retryable errors are retried; every call and every wait
+    is interrupted by a cancel (RunCancelled)."""
 
     provider: Provider
-    cancel: asyncio.Event
-    retries: int
-    retry_base_s: float
-    retry_cap_s: float
+    control: RunControl
     provider_name: str
     capture_content: bool
-    gate: RateGate | None = None
-    waited_s: float = 0.0  # this run's time waiting for the rate limit (all attempts)
 
     async def call(self, request: Request, on_text: TextSink | None) -> ModelResponse:
+        control = self.control
         attempt = 0
         while True:
             try:
                 return await self._gated(request, on_text)
             except ModelError as e:
                 attempt += 1
-                if not e.retryable or attempt > self.retries:
+                if not e.retryable or attempt > control.retries:
                     genai.record_model_failure(e)
                     raise
-                delay = self._backoff(e, attempt)
+                delay = control.backoff(e, attempt)
                 genai.record_retry(e, attempt, delay)
-                await self._sleep(delay)
-
-    def _backoff(self, e: ModelError, attempt: int) -> float:
-        if e.retry_after_s is not None:
-            return float(e.retry_after_s)
-        ceiling = min(self.retry_cap_s, self.retry_base_s * 2.0 ** (attempt - 1))
-        return ceiling * random.uniform(0.5, 1.0)
+                await control.sleep(delay)
 
     async def _gated(self, request: Request, on_text: TextSink | None) -> ModelResponse:
-        if self.gate is None:
+        gate = self.control.rate_gate
+        if gate is None:
             return await self._once(request, on_text)
-        self.waited_s += await self.gate.before(request, self.cancel)
+        await self._wait_for_rate(gate, request)
         try:
             resp = await self._once(request, on_text)
         except ModelError as e:
-            await self.gate.after(request, None, e)
+            await gate.settle(request, None, e)
             raise
-        await self.gate.after(request, resp, None)
+        await gate.settle(request, resp, None)
         return resp
+
+    async def _wait_for_rate(self, gate: RateGate, request: Request) -> None:
+        """Ask the gate until it grants the call, sleeping as it says in between; the
+        time waited joins the run's and is reported (span event, histogram)."""
+        started: float | None = None
+        while (wait := await gate.take(request)) > 0:
+            started = time.monotonic() if started is None else started
+            await self.control.sleep(wait)
+        if started is not None:
+            waited = time.monotonic() - started
+            self.control.rate_wait_s += waited
+            genai.record_rate_wait(gate.key(request), waited)
 
     async def _once(self, request: Request, on_text: TextSink | None) -> ModelResponse:
         with genai.chat_span(request, self.provider_name) as span:
             started = time.perf_counter()
             try:
                 resp: ModelResponse = await until_cancelled(
-                    self.provider.complete(request, on_text), self.cancel
+                    self.provider.complete(request, on_text), self.control.cancel
                 )
             except ModelError as e:
                 genai.end_chat_span_error(span, request, self.provider_name, e, started)
@@ -121,9 +111,3 @@ class ModelCaller:
             if self.capture_content:
                 genai.capture_chat_content(span, request, resp)
             return resp
-
-    async def _sleep(self, delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.cancel.wait(), timeout=delay)
-        if self.cancel.is_set():
-            raise RunCancelled()

@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry.trace import Link, SpanKind
 
 from hango_worker.agent.batch import ToolBatches, Waiting
-from hango_worker.agent.calls import ModelCaller, RateGate, RunCancelled
+from hango_worker.agent.calls import ModelCaller, RunCancelled
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.cost import RunCost
 from hango_worker.agent.limits import (
@@ -54,24 +54,19 @@ from hango_worker.tool.registry import View
 from hango_worker.tool.types import Tool, ToolResult
 from hango_worker.vocab import ErrorType
 
-DEFAULT_MAX_PARALLEL_TOOLS = 8
-
 
 @dataclass(slots=True)
 class LoopSettings:
+    """What the run may do (limits) and how it is observed; what may stop it and the
+    bounds of its calls are its RunControl (agent/control.py, `RunIO.control`)."""
+
     max_turns: int = 50
-    model_retries: int = 4
-    retry_base_s: float = 0.5
-    retry_cap_s: float = 20.0
     provider_name: str = "anthropic"
     capture_content: bool = False
     on_limit: OnLimit = "answer"
     budget: Budget = field(default_factory=Budget)
     deadline: float | None = None  # epoch seconds (agent/limits.py:deadline_of)
     prices: PriceTable = field(default_factory=PriceTable)
-    # tool calls of one response run side by side, at most this many at once (1: in order)
-    max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS
-    rate_gate: RateGate | None = None  # the fleet-wide model rate limit (run/ratelimit.py)
 
 
 @dataclass(slots=True)
@@ -90,7 +85,6 @@ class RunInfo:
     not_started: frozenset[str] = frozenset()
     span_attributes: dict[str, Any] = field(default_factory=dict)
     links: Sequence[Link] = ()
-    rate_wait_s: float = 0.0  # earlier attempts' waits for the rate limit (seconds)
 
 
 class AgentLoop(ToolBatches):
@@ -109,6 +103,7 @@ class AgentLoop(ToolBatches):
         self.view = view
         self.provider = provider
         self.io = io
+        self.control = io.control
         self.settings = settings or LoopSettings()
         self.on_text = on_text
         self._agent_blocks = agent.system_blocks()
@@ -118,16 +113,7 @@ class AgentLoop(ToolBatches):
         self._cost = RunCost(self.settings.prices, agent.model)
         self._watermark = 0
         st = self.settings
-        self._model = ModelCaller(
-            provider,
-            io.cancel_event,
-            st.model_retries,
-            st.retry_base_s,
-            st.retry_cap_s,
-            st.provider_name,
-            st.capture_content,
-            st.rate_gate,
-        )
+        self._model = ModelCaller(provider, io.control, st.provider_name, st.capture_content)
         self._limits = Limits(st.max_turns, st.on_limit, st.budget, st.deadline)
         self._next = NextCall(max_tokens=agent.config.max_tokens)
         self._counts: ToolCounts | None = None
@@ -145,7 +131,6 @@ class AgentLoop(ToolBatches):
 
     async def run(self, state: State, info: RunInfo | None = None) -> Outcome:
         info = info or RunInfo()
-        self._model.waited_s = info.rate_wait_s
         attrs = genai.agent_attributes(self.agent, state, self.settings.provider_name)
         attrs.update(info.span_attributes)
         name = f"invoke_agent {self.agent.name}"
@@ -189,7 +174,7 @@ class AgentLoop(ToolBatches):
         self._events.append(Event("run_started", {"attempt": info.attempt}))
         turn = info.turns_done
         while True:
-            stop = self.io.stop_requested()
+            stop = self.control.stop_requested()
             if stop is not None:
                 return await self._finish(
                     state, Outcome("cancelled" if stop == "cancel" else "released")
@@ -229,9 +214,7 @@ class AgentLoop(ToolBatches):
         return len(state.messages)
 
     async def _finish(self, state: State, outcome: Outcome) -> Outcome:
-        outcome.usage = self._usage
-        outcome.cost_usd = self._cost.usd
-        outcome.rate_wait_s = self._rate_wait()
+        self._so_far(outcome)
         if outcome.waiting is not None:
             self._events.append(Event("run_waiting", outcome.waiting))
         else:
@@ -245,15 +228,16 @@ class AgentLoop(ToolBatches):
     async def _checkpoint(self, state: State, outcome: Outcome | None) -> None:
         new = state.messages[self._watermark :]
         events, self._events = self._events, []
-        so_far = Outcome("released", usage=self._usage, cost_usd=self._cost.usd)
-        so_far.rate_wait_s = self._rate_wait()  # the run's usage record so far
+        usage = self._so_far(Outcome("released")).usage_dict()  # the run's record so far
         states, self._states = self._states, []
-        await self.io.checkpoint(state, new, events, outcome, so_far.usage_dict(), states)
+        await self.io.checkpoint(state, new, events, outcome, usage, states)
         self._watermark = len(state.messages)
 
-    def _rate_wait(self) -> float | None:
-        m = self._model
-        return m.waited_s if m.gate is not None or m.waited_s else None
+    def _so_far(self, outcome: Outcome) -> Outcome:
+        """`outcome` with the run's usage, cost and rate-limit wait so far."""
+        outcome.usage, outcome.cost_usd = self._usage, self._cost.usd
+        outcome.rate_wait_s = self.control.rate_wait()
+        return outcome
 
     def _keep_state(self, state: State) -> None:
         """The state at the end of turn `self._done`, kept (run_states, for forks) with

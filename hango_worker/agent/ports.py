@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from hango_worker.agent.control import RunControl
 from hango_worker.agent.state import State
 from hango_worker.provider.types import Message, ToolUseBlock, Usage
 from hango_worker.tool.types import ToolResult
@@ -51,9 +51,11 @@ class RunIO(Protocol):
     """Durability port. Every method is fenced: it raises Fenced when the
     lease was taken over, and the loop then stops writing anything.
     `record_tool_result` and `checkpoint` also store the run files waiting in
-    `state.file_writes`, in the same fenced write, and empty that outbox."""
+    `state.file_writes`, in the same fenced write, and empty that outbox. `control`
+    is the run's control state (agent/control.py): a write that finds the lease
+    lost or a cancel requested sets it there."""
 
-    cancel_event: asyncio.Event
+    control: RunControl
 
     async def checkpoint(
         self,
@@ -73,8 +75,6 @@ class RunIO(Protocol):
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
     ) -> None: ...
-
-    def stop_requested(self) -> Literal["cancel", "shutdown"] | None: ...
 
     async def mark_started(self, tool_use_id: str) -> None:
         """A call of a batch resumed after waiting is about to start: record it, so a

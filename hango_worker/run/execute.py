@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -13,8 +12,9 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from pydantic import ValidationError
 
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.control import DEFAULT_MAX_PARALLEL_TOOLS, RunControl
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
-from hango_worker.agent.loop import DEFAULT_MAX_PARALLEL_TOOLS, AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import MemoryBinding, MemoryScopeError, scope_for
@@ -219,7 +219,20 @@ class RunDeps:
     writer: Writer | None = None  # the worker's GroupCommit (run/group.py); None: the pool
 
 
-def _io(deps: RunDeps, c: Claim, message_seq: int, event_seq: int) -> PgRunIO:
+def run_control(deps: RunDeps, c: Claim) -> RunControl:
+    """A claimed run's control state: the worker keeps it, its PgRunIO carries it."""
+    s = deps.settings
+    control = RunControl(
+        retries=s.model_retries,
+        rate_gate=RunRateGate(deps.pool, s.rate_limit_key) if s.rate_limit_key else None,
+        rate_wait_s=c.rate_wait_s,  # the earlier attempts' waits
+    )
+    if c.cancel_requested:  # requested before a takeover: it survives the claim
+        control.cancel.set()
+    return control
+
+
+def _io(deps: RunDeps, c: Claim, control: RunControl, message_seq: int, event_seq: int) -> PgRunIO:
     obs = deps.observer
     return PgRunIO(
         deps.pool,
@@ -230,16 +243,17 @@ def _io(deps: RunDeps, c: Claim, message_seq: int, event_seq: int) -> PgRunIO:
         next_event_seq=event_seq,
         on_events=(lambda evs: obs.events(c.run_id, evs)) if obs else None,
         writer=deps.writer,
+        control=control,
     )
 
 
-async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) -> Outcome | None:
+async def execute(deps: RunDeps, c: Claim, control: RunControl) -> Outcome | None:
     """Run one claimed attempt to its end. Fenced (lease lost) → None, nothing written.
     A run that cannot be loaded fails at once with the reason (this run only)."""
     try:
         loaded = await load(deps.pool, c)
     except LoadError as e:
-        return await _fail_early(deps, c, io_ready, e.error)
+        return await fail_run(deps, c, control, e.error)
     except CONNECTION_ERRORS:
         raise  # the database is away: the lease expires and the run is retried
     except Exception as e:
@@ -248,11 +262,8 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
             "type": ErrorType.INTERNAL_ERROR,
             "message": f"the run could not be loaded: {_why(e)}",
         }
-        return await _fail_early(deps, c, io_ready, error)
-    io = _io(deps, c, loaded.next_message_seq, loaded.next_event_seq)
-    if c.cancel_requested:  # requested before a takeover: it survives the claim
-        io.cancel_event.set()
-    io_ready(io)
+        return await fail_run(deps, c, control, error)
+    io = _io(deps, c, control, loaded.next_message_seq, loaded.next_event_seq)
     try:
         state = load_state(
             c.state_json,
@@ -283,16 +294,13 @@ async def execute(deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None]) 
         parent=parent,
         links=links,
         span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
-        rate_wait_s=c.rate_wait_s,
     )
     return await loop.run(state, info)
 
 
-async def _fail_early(
-    deps: RunDeps, c: Claim, io_ready: Callable[[PgRunIO], None], error: dict[str, Any]
-) -> Outcome:
-    io = _io(deps, c, 0, await _next_event_seq(deps.pool, c))
-    io_ready(io)
+async def fail_run(deps: RunDeps, c: Claim, control: RunControl, error: dict[str, Any]) -> Outcome:
+    """End the claimed run as failed with `error` (fenced; a `run_finished` event)."""
+    io = _io(deps, c, control, 0, await _next_event_seq(deps.pool, c))
     await io.fail(error)
     return Outcome("failed", error)
 
@@ -341,17 +349,15 @@ def _build_loop(
         skills=PgSkillStore(deps.pool) if agent.config.skills else None,
     )
     chain = Chain(default_stack(cfg))
+    io.control.max_parallel_tools = agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS
     settings = LoopSettings(
         max_turns=(over and over.max_turns) or agent.config.max_turns or s.max_turns,
-        model_retries=s.model_retries,
         provider_name=deps.provider.name,
         capture_content=s.capture_content,
         on_limit=agent.config.on_limit,
         budget=budget,
         deadline=deadline_of(budget, over, c.started_s),
         prices=price_table(s),
-        max_parallel_tools=agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS,
-        rate_gate=RunRateGate(deps.pool, s.rate_limit_key) if s.rate_limit_key else None,
     )
     pub = deps.text
 

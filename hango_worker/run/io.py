@@ -10,11 +10,12 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 from opentelemetry import trace
 
+from hango_worker.agent.control import RunControl
 from hango_worker.agent.ports import ChildRun, Event, Fenced, FileInfo, Outcome
 from hango_worker.agent.state import FileWrite, State, dump_state
 from hango_worker.provider.types import Message, ToolUseBlock, Usage
@@ -238,6 +239,7 @@ class PgRunIO:
         next_event_seq: int,
         on_events: Callable[[list[dict[str, Any]]], None] | None = None,
         writer: Writer | None = None,
+        control: RunControl | None = None,
     ) -> None:
         self.pool = pool
         self.writer: Writer = writer if writer is not None else pool
@@ -245,25 +247,18 @@ class PgRunIO:
         self.claim = claim
         self.worker_id = worker_id
         self.lease_s = lease_s
-        self.cancel_event = asyncio.Event()
-        self.shutdown = False
-        self.lost = False
+        self.control = control if control is not None else RunControl()
         self._msg_seq = next_message_seq
         # seq of the assistant message whose tool calls are being recorded: the newest
         # message written (a resumed run's pending turn is its last stored message)
         self.turn_seq = next_message_seq - 1
         self._event_seq = next_event_seq
 
-    def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
-        if self.cancel_event.is_set():
-            return "cancel"
-        return "shutdown" if self.shutdown else None
-
     def _fence_args(self) -> tuple[str, str, int]:
         return (self.claim.run_id, self.worker_id, self.claim.attempt)
 
     async def _fenced(self, query: str, *args: Any) -> None:
-        if self.lost:
+        if self.control.lost:
             raise Fenced(self.claim.run_id)
         attempts = 0
 
@@ -284,10 +279,10 @@ class PgRunIO:
             once, deadline_s=self.lease_s, what="checkpoint", pool=self.pool
         )
         if n == 0:
-            self.lost = True
+            self.control.lost = True
             raise Fenced(self.claim.run_id)
         if cancel:
-            self.cancel_event.set()
+            self.control.cancel.set()
 
     async def checkpoint(
         self,
@@ -360,7 +355,7 @@ class PgRunIO:
     ) -> ChildRun:
         """Queue the child run of call `tool_use_id` (fenced; a second spawn for the
         same call returns the child it has)."""
-        if self.lost:
+        if self.control.lost:
             raise Fenced(self.claim.run_id)
         args = (
             *self._fence_args(),
@@ -379,7 +374,7 @@ class PgRunIO:
                 raise
             return found
         if int(row["fenced"]) == 0:
-            self.lost = True
+            self.control.lost = True
             raise Fenced(self.claim.run_id)
         if int(row["agents"]) == 0:
             why = f"there is no agent {agent!r} in this tenant to delegate to"

@@ -41,7 +41,7 @@ class PgMemoryStore:
 
     async def _write(self, query: str, scope: MemoryScope, path: str, *args: Any) -> MemoryWrite:
         io = self.io
-        if io.lost:
+        if io.control.lost:
             return MemoryWrite(None, None, fenced=True)
         fence = (io.claim.run_id, io.worker_id, io.claim.attempt, io.lease_s)
         try:
@@ -50,10 +50,10 @@ class PgMemoryStore:
             return MemoryWrite(None, None, exists=True)
         assert row is not None
         if int(row["fenced"]) == 0:
-            io.lost = True
+            io.control.lost = True
             return MemoryWrite(None, None, fenced=True)
         if row["cancel"]:
-            io.cancel_event.set()
+            io.control.cancel.set()
         written = row["written"]
         current = row["current"]
         return MemoryWrite(

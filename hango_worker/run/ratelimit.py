@@ -16,17 +16,12 @@ See docs/operations.md "Tenants, fairness and limits".
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from opentelemetry import trace
 
-from hango_worker.agent.calls import RunCancelled
 from hango_worker.agent.middleware import ModelResponse
 from hango_worker.provider.types import ModelError, Request
 from hango_worker.store import sql
@@ -63,51 +58,33 @@ def _header_float(headers: dict[str, str] | None, name: str) -> float | None:
 
 @dataclass(slots=True)
 class RunRateGate:
-    """One run's gate (agent/calls.py RateGate) on the fleet's buckets."""
+    """One run's gate (agent/control.py RateGate) on the fleet's buckets; the caller
+    (agent/calls.py ModelCaller) does the waiting, cut short by a cancel."""
 
     pool: asyncpg.Pool
     key_template: str
     last_input: int = 0  # the run's previous call's input tokens (the next estimate)
     estimate: int = 0
 
-    async def before(self, request: Request, cancel: asyncio.Event) -> float:
-        key = key_for(self.key_template, request.model)
-        self.estimate = self.last_input or estimate_tokens(request)
-        started: float | None = None
-        while (wait := await self._take(key)) > 0:
-            started = time.monotonic() if started is None else started
-            await self._sleep(min(wait, MAX_SLEEP_S), cancel)
-        if started is None:
-            return 0.0
-        waited = time.monotonic() - started
-        metrics.RATE_LIMIT_WAIT.labels(key).observe(waited)
-        trace.get_current_span().add_event(
-            "hango.rate_limit.wait",
-            {"hango.rate_limit.key": key, "hango.rate_limit.wait_s": round(waited, 3)},
-        )
-        return waited
+    def key(self, request: Request) -> str:
+        return key_for(self.key_template, request.model)
 
-    async def _take(self, key: str) -> float:
-        """0: granted (or no limit); else seconds until it would be."""
+    async def take(self, request: Request) -> float:
+        """0: granted (or no limit); else seconds to sleep before asking again."""
+        self.estimate = self.last_input or estimate_tokens(request)
         try:
-            row = await self.pool.fetchrow(sql.RATE_TAKE, key, float(self.estimate))
+            row = await self.pool.fetchrow(sql.RATE_TAKE, self.key(request), float(self.estimate))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
             log.warning("rate limit check failed, calling anyway: %s", e)
             return 0.0
         if row is None or row["ok"]:
             return 0.0
-        return max(float(row["wait_s"]), 0.001)
+        return min(max(float(row["wait_s"]), 0.001), MAX_SLEEP_S)
 
-    async def _sleep(self, delay: float, cancel: asyncio.Event) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(cancel.wait(), timeout=delay)
-        if cancel.is_set():
-            raise RunCancelled()
-
-    async def after(
+    async def settle(
         self, request: Request, response: ModelResponse | None, error: ModelError | None
     ) -> None:
-        key = key_for(self.key_template, request.model)
+        key = self.key(request)
         headers: dict[str, str] | None = None
         used_in = used_out = 0
         retry_after = None

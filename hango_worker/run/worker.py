@@ -17,10 +17,11 @@ from typing import Any
 
 import asyncpg
 
+from hango_worker.agent.control import RunControl
 from hango_worker.agent.ports import Fenced
-from hango_worker.run.execute import RunDeps, execute
+from hango_worker.run.execute import RunDeps, execute, fail_run, run_control
 from hango_worker.run.group import GroupCommit
-from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, discard_connections
+from hango_worker.run.io import CONNECTION_ERRORS, Claim, discard_connections
 from hango_worker.run.listener import Listener
 from hango_worker.run.stream import TextPublisher
 from hango_worker.run.sweep import sweep
@@ -31,13 +32,17 @@ from hango_worker.vocab import ErrorType
 
 log = logging.getLogger(__name__)
 
+_CRASHED = (
+    "the worker hit an unexpected error running this run; see the worker log for the traceback"
+)
+
 
 @dataclass(slots=True)
 class InFlight:
     claim: Claim
+    control: RunControl  # what the worker tells the run: cancel, shut down, lost
     task: asyncio.Task[None]
     started: float
-    io: PgRunIO | None = None
 
 
 @dataclass(slots=True)
@@ -113,8 +118,7 @@ class Worker:
             return
         self._stopping = True
         for f in self._inflight.values():
-            if f.io is not None:
-                f.io.shutdown = True
+            f.control.shutdown = True
         self._wake.set()
 
     async def _drain(self) -> None:
@@ -182,15 +186,17 @@ class Worker:
     def _start(self, c: Claim) -> None:
         metrics.RUNS_CLAIMED.inc()
         self.stats.claimed += 1
-        task = asyncio.create_task(self._execute(c), name=f"run-{c.run_id}")
-        self._inflight[c.run_id] = InFlight(c, task, time.perf_counter())
+        control = run_control(self.deps, c)
+        control.shutdown = self._stopping
+        task = asyncio.create_task(self._execute(c, control), name=f"run-{c.run_id}")
+        self._inflight[c.run_id] = InFlight(c, control, task, time.perf_counter())
         metrics.set_slots(len(self._inflight), self.settings.worker_concurrency)
 
-    async def _execute(self, c: Claim) -> None:
+    async def _execute(self, c: Claim, control: RunControl) -> None:
         current_run_id.set(c.run_id)  # this task's context only
         status = "lost"
         try:
-            outcome = await execute(self.deps, c, lambda io: self._attach(c.run_id, io))
+            outcome = await execute(self.deps, c, control)
             status = outcome.status if outcome else "lost"
             if outcome is not None and outcome.status == "failed":
                 etype = (outcome.error or {}).get("type")
@@ -201,19 +207,13 @@ class Worker:
             status = "abandoned"
         except Exception:
             log.exception("run crashed", extra={"run_id": c.run_id})
-            status = await self._fail_crashed(c)
+            status = await self._fail_crashed(c, control)
         finally:
             if self.deps.text is not None:
                 self.deps.text.forget(c.run_id)
             f = self._inflight.pop(c.run_id, None)
             metrics.set_slots(len(self._inflight), self.settings.worker_concurrency)
             self._account(status, f)
-
-    def _attach(self, run_id: str, io: PgRunIO) -> None:
-        f = self._inflight.get(run_id)
-        if f is not None:
-            f.io = io
-            io.shutdown = self._stopping
 
     def _account(self, status: str, f: InFlight | None) -> None:
         self.stats.finished[status] = self.stats.finished.get(status, 0) + 1
@@ -225,26 +225,18 @@ class Worker:
         if f is not None:
             metrics.RUN_DURATION.labels(status).observe(time.perf_counter() - f.started)
 
-    async def _fail_crashed(self, c: Claim) -> str:
-        f = self._inflight.get(c.run_id)
-        if f is None or f.io is None:
-            return "lost"
+    async def _fail_crashed(self, c: Claim, control: RunControl) -> str:
+        error = {"type": ErrorType.INTERNAL_ERROR, "message": _CRASHED}
         try:
-            await f.io.fail(
-                {
-                    "type": ErrorType.INTERNAL_ERROR,
-                    "message": "the worker hit an unexpected "
-                    "error running this run; see the worker log for the traceback",
-                }
-            )
+            await fail_run(self.deps, c, control, error)
             return "failed"
         except Exception:
             return "lost"
 
     def _on_cancel(self, run_id: str) -> None:
         f = self._inflight.get(run_id)
-        if f is not None and f.io is not None:
-            f.io.cancel_event.set()
+        if f is not None:
+            f.control.cancel.set()
 
     # -- per-worker background work ------------------------------------------------------
 
@@ -258,7 +250,7 @@ class Worker:
                 log.exception("heartbeat failed")
 
     async def heartbeat(self) -> None:
-        ids = [rid for rid, f in self._inflight.items() if f.io is not None and not f.io.lost]
+        ids = [rid for rid, f in self._inflight.items() if not f.control.lost]
         if not ids:
             return
         try:
@@ -272,14 +264,14 @@ class Worker:
         alive = {r["id"]: r for r in rows}
         for rid in ids:
             f = self._inflight.get(rid)
-            if f is None or f.io is None:
+            if f is None:
                 continue
             r = alive.get(rid)
             if r is None or r["attempt"] != f.claim.attempt:
-                f.io.lost = True  # another worker has it: stop at once, write nothing
+                f.control.lost = True  # another worker has it: stop at once, write nothing
                 f.task.cancel()
             elif r["cancel_requested"]:
-                f.io.cancel_event.set()
+                f.control.cancel.set()
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Span, SpanKind, get_current_span
 
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import (
@@ -123,6 +123,15 @@ def record_retry(err: Any, attempt: int, delay: float) -> None:
         {"error.type": str(err.type), "hango.retry.attempt": attempt, "hango.retry.delay_s": delay},
     )
     metrics.MODEL_RETRIES.labels(metrics.error_type_label(err.type)).inc()
+
+
+def record_rate_wait(key: str, waited_s: float) -> None:
+    """A model call waited `waited_s` for the fleet-wide rate limit on `key`."""
+    metrics.RATE_LIMIT_WAIT.labels(key).observe(waited_s)
+    get_current_span().add_event(
+        "hango.rate_limit.wait",
+        {"hango.rate_limit.key": key, "hango.rate_limit.wait_s": round(waited_s, 3)},
+    )
 
 
 def record_model_failure(err: Any) -> None:

@@ -5,15 +5,15 @@ outcome, state, io = await run_agent(agent, ScriptedProvider(turns), tools=[my_t
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.control import DEFAULT_MAX_PARALLEL_TOOLS, RunControl
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
-from hango_worker.agent.loop import DEFAULT_MAX_PARALLEL_TOOLS, AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
@@ -49,8 +49,7 @@ from hango_worker.tool.types import Tool, ToolResult
 class MemoryRunIO:
     """Records every write the loop makes, in order, instead of committing it."""
 
-    cancel_event: asyncio.Event = field(default_factory=asyncio.Event)
-    shutdown: bool = False
+    control: RunControl = field(default_factory=RunControl)
     messages: list[Message] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
@@ -63,11 +62,6 @@ class MemoryRunIO:
     # the run's files (run_files), written with the tool result or checkpoint that
     # carried them out of the State.file_writes outbox, as in PgRunIO
     files: dict[str, FileWrite] = field(default_factory=dict)
-
-    def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
-        if self.cancel_event.is_set():
-            return "cancel"
-        return "shutdown" if self.shutdown else None
 
     async def checkpoint(
         self,
@@ -289,15 +283,15 @@ async def run_agent(
     io = io or MemoryRunIO()
     if stack is None:
         stack = _default_stack(agent, state, io, memory, memory_key, decisions, skills)
+    io.control.retry_base_s = 0.01
+    io.control.max_parallel_tools = agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS
     settings = LoopSettings(
         max_turns=max_turns,
-        retry_base_s=0.01,
         provider_name=provider.name,
         capture_content=capture_content,
         on_limit=agent.config.on_limit,
         budget=budget,
         deadline=deadline_of(budget, limits, time.time()),
-        max_parallel_tools=agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS,
     )
     loop = AgentLoop(
         agent, Chain(stack), registry.view(agent.tools), provider, io, settings, on_text

@@ -1,0 +1,80 @@
+"""A run attempt's control state, in one object: what may stop it, and the bounds its
+calls keep.
+
+The worker makes one `RunControl` per claimed run and keeps it; the run's `RunIO`
+carries it (`RunIO.control`), so the worker, the fenced writes and the loop all see
+the same flags: the worker sets `cancel` (a `runs cancel`, seen by LISTEN or the
+heartbeat), `shutdown` (SIGTERM) and `lost` (the heartbeat found the lease taken
+over); a fenced write sets `lost` or `cancel` when its statement says so. The loop
+reads them at every turn boundary, races tool and model calls against `cancel`
+(agent/calls.py), runs at most `max_parallel_tools` calls at once, and retries and
+rate-limits model calls by the rest (agent/calls.py: ModelCaller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from hango_worker.provider.types import ModelError, Request, Response
+
+DEFAULT_MAX_PARALLEL_TOOLS = 8
+
+
+class RunCancelled(Exception):
+    pass
+
+
+class RateGate(Protocol):
+    """The fleet-wide model rate limit (run/ratelimit.py): asked before each model call
+    (retries too) until it grants the call, told after it what the call used."""
+
+    def key(self, request: Request) -> str: ...
+
+    async def take(self, request: Request) -> float:
+        """0.0: go (granted, or no limit); else seconds to wait before asking again."""
+        ...
+
+    async def settle(
+        self, request: Request, response: Response | None, error: ModelError | None
+    ) -> None: ...
+
+
+@dataclass(slots=True)
+class RunControl:
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    shutdown: bool = False  # hand the run back at its next turn boundary
+    lost: bool = False  # another worker holds the lease: write nothing more
+    max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS  # calls of one response at once
+    retries: int = 4  # of a retryable model error
+    retry_base_s: float = 0.5
+    retry_cap_s: float = 20.0
+    rate_gate: RateGate | None = None
+    rate_wait_s: float = 0.0  # time the run waited for the rate limit (all attempts)
+
+    def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
+        if self.cancel.is_set():
+            return "cancel"
+        return "shutdown" if self.shutdown else None
+
+    def backoff(self, e: ModelError, attempt: int) -> float:
+        """The wait before retry `attempt`: the server's `retry-after`, else exponential
+        jittered backoff."""
+        if e.retry_after_s is not None:
+            return float(e.retry_after_s)
+        ceiling = min(self.retry_cap_s, self.retry_base_s * 2.0 ** (attempt - 1))
+        return ceiling * random.uniform(0.5, 1.0)
+
+    async def sleep(self, delay: float) -> None:
+        """Sleep, cut short by a cancel (then RunCancelled)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.cancel.wait(), timeout=delay)
+        if self.cancel.is_set():
+            raise RunCancelled()
+
+    def rate_wait(self) -> float | None:
+        """The run's rate-limit wait for its usage record (None: no limit, none waited)."""
+        return self.rate_wait_s if self.rate_gate is not None or self.rate_wait_s else None
