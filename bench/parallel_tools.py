@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 from bench.common import DASH, create_database, drop_database, log, ratio, summarize
-from hango_worker.config import load_settings
+from bench.scripted_run import bench_agent, drain, enqueue_go, run_status
 from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.provider.types import Request, Response, TextSink
-from hango_worker.service import serve
-from hango_worker.store import db, repo
+from hango_worker.store import db
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 
@@ -74,32 +72,11 @@ async def one_run(dsn: str, turns: int, limit: int | None) -> list[float]:
     """One run of `turns` three-call turns; each turn's wall time in seconds."""
     pool = await db.create_pool(dsn, min_size=1, max_size=2)
     try:
-        name = f"bench-{uuid.uuid4().hex[:8]}"
-        await repo.create_agent(
-            pool,
-            tenant_id=repo.DEFAULT_TENANT_ID,
-            name=name,
-            model="scripted",
-            system=["You are a benchmark agent."],
-            tools=["fetch_page"],
-            config={} if limit is None else {"max_parallel_tools": limit},
-        )
-        ids = await repo.enqueue(
-            pool, tenant_id=repo.DEFAULT_TENANT_ID, agent=name, input_text="go"
-        )
+        config = {} if limit is None else {"max_parallel_tools": limit}
+        run_id = await enqueue_go(pool, await bench_agent(pool, ["fetch_page"], config))
         provider = Stamps(ScriptedProvider(script(turns)))
-        settings = load_settings(
-            database_url=dsn, metrics_port=0, max_turns=turns + 5, log_level="WARNING"
-        )
-        await serve(
-            settings,
-            dsn,
-            until_idle=True,
-            provider=provider,
-            registry=Registry([SLOW_TOOL]),
-            logs=False,
-        )
-        status = await pool.fetchval("SELECT status FROM runs WHERE id = $1", ids["run_id"])
+        await drain(dsn, provider, Registry([SLOW_TOOL]), max_turns=turns + 5)
+        status = await run_status(pool, run_id)
     finally:
         await pool.close()
     if status != "succeeded":

@@ -15,7 +15,6 @@ import random
 import statistics
 import string
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +23,9 @@ import asyncpg
 from prometheus_client import REGISTRY
 
 from bench.common import live_bytes, relation_bytes, summarize, windows_for
+from bench.scripted_run import bench_agent, drain, enqueue_go, run_status
 from hango_worker.agent.compaction import RUNGS, SUMMARY_SYSTEM
 from hango_worker.agent.context import messages_chars
-from hango_worker.config import load_settings
 from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.provider.types import (
     Message,
@@ -38,8 +37,7 @@ from hango_worker.provider.types import (
     ToolUseBlock,
     Usage,
 )
-from hango_worker.service import serve
-from hango_worker.store import db, repo
+from hango_worker.store import db
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 
@@ -238,17 +236,9 @@ async def hango_run(
     pool = await db.create_pool(dsn, min_size=1, max_size=2)
     conn = await asyncpg.connect(dsn)
     try:
-        name = f"bench-{uuid.uuid4().hex[:8]}"
         tools = ["step", "write_todos"] if todo else ["step"]
-        await repo.create_agent(
-            pool,
-            tenant_id=repo.DEFAULT_TENANT_ID,
-            name=name,
-            model="scripted",
-            system=["You are a benchmark agent."],
-            tools=tools,
-            config={"context_window": COMPACT_WINDOW} if compact else {},
-        )
+        config = {"context_window": COMPACT_WINDOW} if compact else {}
+        name = await bench_agent(pool, tools, config)
         rec = TurnRecorder(conn, HANGO_TABLES, frozenset(sample_points(turns)))
         model = CountingModel(turns, rec)
         provider = (
@@ -257,28 +247,14 @@ async def hango_run(
         rungs_before = compactions()
         before = await relation_bytes(conn, HANGO_TABLES)
         live_before = await live_bytes(conn, HANGO_TABLES)
-        ids = await repo.enqueue(
-            pool, tenant_id=repo.DEFAULT_TENANT_ID, agent=name, input_text="go"
-        )
-        settings = load_settings(
-            database_url=dsn,
-            metrics_port=0,
-            max_turns=turns + 10,
-            log_level="WARNING",
-        )
+        run_id = await enqueue_go(pool, name)
+        registry = Registry([BIG_STEP_TOOL if compact else STEP_TOOL])
         started = time.perf_counter()
-        await serve(
-            settings,
-            dsn,
-            until_idle=True,
-            provider=provider,
-            registry=Registry([BIG_STEP_TOOL if compact else STEP_TOOL]),
-            logs=False,
-        )
+        await drain(dsn, provider, registry, max_turns=turns + 10)
         total_s = time.perf_counter() - started
         after = await relation_bytes(conn, HANGO_TABLES)
         live = await live_bytes(conn, HANGO_TABLES) - live_before
-        status = await conn.fetchval("SELECT status FROM runs WHERE id = $1", ids["run_id"])
+        status = await run_status(conn, run_id)
     finally:
         await conn.close()
         await pool.close()

@@ -98,14 +98,7 @@ class ToolBatches:
                 await self._flush(state, b)
             result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
             seen.add(call.id)
-            result = result or self._over_limit(state, call)
-            if result is not None:
-                await self._record(state, call, result)
-                b.answer(i, result)
-                continue
-            b.group.append(i)
-            if alone:
-                await self._flush(state, b)
+            await self._enqueue(state, b, i, alone, result)
         await self._last_group(state, b)
         state.messages.append(Message("user", b.blocks()))
         state.scratch.clear()
@@ -166,6 +159,21 @@ class ToolBatches:
             return True
         tool = self._tools.get(call.name)
         return (tool is not None and tool.sequential) or self.chain.runs_alone(call)
+
+    async def _enqueue(
+        self, state: State, b: _Batch, i: int, alone: bool, refused: ToolResult | None
+    ) -> None:
+        """Call `i`: refused (or over a tool limit), answered and recorded now; else it
+        joins the group to run, which a call that runs alone flushes at once."""
+        call = b.uses[i]
+        refused = refused or self._over_limit(state, call)
+        if refused is not None:
+            await self._record(state, call, refused)
+            b.answer(i, refused)
+            return
+        b.group.append(i)
+        if alone:
+            await self._flush(state, b)
 
     async def _last_group(self, state: State, b: _Batch) -> None:
         """Run the last group; a batch that started child runs then waits for them."""
@@ -345,14 +353,7 @@ class ToolBatches:
                 await self._flush(state, b)
             if start:  # marked started right before the tool runs (_base_tool)
                 self._to_mark.add(call.id)
-            refused = self._over_limit(state, call)
-            if refused is not None:
-                await self._record(state, call, refused)
-                b.answer(i, refused)
-                continue
-            b.group.append(i)
-            if alone:
-                await self._flush(state, b)
+            await self._enqueue(state, b, i, alone, None)
         await self._last_group(state, b)
         if b.results:
             state.messages.append(Message("user", b.blocks()))

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
@@ -49,6 +49,16 @@ async def tenant_of(pool: asyncpg.Pool, a: argparse.Namespace) -> str:
 
 def out(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+
+
+def print_rows(rows: list[dict[str, Any]], as_json: bool, line: Callable[[Any], str]) -> int:
+    """A listing: the rows as JSON (`--json`), else one `line(row)` each."""
+    if as_json:
+        out(rows)
+    else:
+        for r in rows:
+            print(line(r))
+    return exits.OK
 
 
 async def cmd_migrate(s: Settings, a: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import out, pool_for
+from hango_worker.cli.commands import out, pool_for, print_rows
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import int_between, name
 from hango_worker.config import Settings
@@ -68,28 +68,23 @@ async def cmd_ratelimits_set(s: Settings, a: argparse.Namespace) -> int:
     if a.json:
         out(row)
     else:
-        print(
-            f"{row['key']}: rpm={row['requests_per_minute']} "
-            f"input_tpm={row['input_tokens_per_minute']} "
-            f"output_tpm={row['output_tokens_per_minute']} window_s={row['window_s']}"
-        )
+        print(_limits(row))
     return exits.OK
 
 
 async def cmd_ratelimits_list(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         rows = await rl.list_rate_limits(pool)
-    if a.json:
-        out(rows)
-        return exits.OK
-    for r in rows:
-        print(
-            f"{r['key']}: rpm={r['requests_per_minute']} "
-            f"input_tpm={r['input_tokens_per_minute']} "
-            f"output_tpm={r['output_tokens_per_minute']} window_s={r['window_s']} "
-            f"blocked_until={r['blocked_until'] or '-'}"
-        )
-    return exits.OK
+    return print_rows(
+        rows, a.json, lambda r: f"{_limits(r)} blocked_until={r['blocked_until'] or '-'}"
+    )
+
+
+def _limits(r: dict[str, Any]) -> str:
+    return (
+        f"{r['key']}: rpm={r['requests_per_minute']} input_tpm={r['input_tokens_per_minute']} "
+        f"output_tpm={r['output_tokens_per_minute']} window_s={r['window_s']}"
+    )
 
 
 async def cmd_ratelimits_rm(s: Settings, a: argparse.Namespace) -> int:

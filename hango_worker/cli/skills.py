@@ -6,7 +6,7 @@ import argparse
 import json
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import out, pool_for, tenant_of
+from hango_worker.cli.commands import out, pool_for, print_rows, tenant_of
 from hango_worker.cli.exits import CliError
 from hango_worker.config import Settings
 from hango_worker.render import safe
@@ -31,12 +31,9 @@ async def cmd_skills_add(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_skills_list(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         rows = await sk.list_skills(pool, await tenant_of(pool, a))
-    if a.json:
-        out(rows)
-        return exits.OK
-    for r in rows:
-        print(safe(f"{r['name']:<24} v{r['version']:<4} {r['description']}"))
-    return exits.OK
+    return print_rows(
+        rows, a.json, lambda r: safe(f"{r['name']:<24} v{r['version']:<4} {r['description']}")
+    )
 
 
 async def cmd_skills_show(s: Settings, a: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import out, pool_for, tenant_of
+from hango_worker.cli.commands import pool_for, print_rows, tenant_of
 from hango_worker.cli.inputs import int_between, name
 from hango_worker.config import Settings
 from hango_worker.store import tenants as t
@@ -61,16 +61,14 @@ async def cmd_tenants_create(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_tenants_list(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         rows = await t.list_tenants(pool)
-    if a.json:
-        out(rows)
-        return exits.OK
-    for r in rows:
-        lim = "-" if r["max_running"] is None else r["max_running"]
-        print(
-            f"{r['id']}  {r['name']:<20} weight={r['weight']} max_running={lim} "
-            f"queued={r['queued']} running={r['running']}"
-        )
-    return exits.OK
+    return print_rows(
+        rows,
+        a.json,
+        lambda r: (
+            f"{r['id']}  {r['name']:<20} weight={r['weight']} "
+            f"max_running={_or_dash(r['max_running'])} queued={r['queued']} running={r['running']}"
+        ),
+    )
 
 
 async def cmd_tenants_set(s: Settings, a: argparse.Namespace) -> int:
@@ -82,8 +80,7 @@ async def cmd_tenants_set(s: Settings, a: argparse.Namespace) -> int:
     print(
         json.dumps(row)
         if a.json
-        else f"{row['name']}: weight={row['weight']} "
-        f"max_running={'-' if row['max_running'] is None else row['max_running']}"
+        else f"{row['name']}: weight={row['weight']} max_running={_or_dash(row['max_running'])}"
     )
     return exits.OK
 
@@ -92,5 +89,9 @@ async def cmd_agents_limit(s: Settings, a: argparse.Namespace) -> int:
     n = None if a.no_limit else a.max_running
     async with pool_for(s) as (_, pool):
         await t.set_agent_max_running(pool, await tenant_of(pool, a), a.agent, n)
-    print(f"{a.agent}: max_running={'-' if n is None else n}")
+    print(f"{a.agent}: max_running={_or_dash(n)}")
     return exits.OK
+
+
+def _or_dash(limit: int | None) -> str:
+    return "-" if limit is None else str(limit)
