@@ -11,16 +11,24 @@ call really used, and follows the provider: never more left than its
 `anthropic-ratelimit-*-remaining` headers say, and a 429's `retry-after` pauses every
 worker's calls on the key. No row for the key: no limit. The database unreachable:
 the call goes ahead (the provider's own limit still holds; the SDK/loop retries 429s).
+A row edited by hand into nonsense never holds a run up: a bucket that asks for a wait no
+real bucket asks for (a level of -Infinity, a pause until the year 3000) is started again
+(RATE_RESET), limits that cannot work as a bucket (a window_s of NaN, Infinity, or too
+small to hold one request) are ignored; both are reported (a log line at most once a
+minute per key, hango_rate_limit_invalid_total, a `hango.rate_limit.invalid` span event).
 See docs/operations.md "Tenants, fairness and limits".
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from opentelemetry import trace
 
 from hango_worker.agent.middleware import ModelResponse
 from hango_worker.provider.types import ModelError, Request
@@ -30,6 +38,10 @@ from hango_worker.telemetry import metrics
 log = logging.getLogger(__name__)
 
 MAX_SLEEP_S = 5.0  # ask again at least this often (another worker may give back tokens)
+# No bucket the workers keep asks a call to wait longer (a 429's retry-after, a debt of a
+# few calls' tokens take seconds to minutes): a row that does was edited into nonsense.
+MAX_WAIT_S = 3600.0
+REPORT_EVERY_S = 60.0  # a broken row is logged at most this often per key and worker
 CHARS_PER_TOKEN = 4
 
 
@@ -70,16 +82,41 @@ class RunRateGate:
         return key_for(self.key_template, request.model)
 
     async def take(self, request: Request) -> float:
-        """0: granted (or no limit); else seconds to sleep before asking again."""
+        """0: go (granted, no limit, or a bucket that cannot work: reported); else
+        seconds to sleep before asking again."""
+        key = self.key(request)
         self.estimate = self.last_input or estimate_tokens(request)
-        try:
-            row = await self.pool.fetchrow(sql.RATE_TAKE, self.key(request), float(self.estimate))
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-            log.warning("rate limit check failed, calling anyway: %s", e)
-            return 0.0
+        row = await self._take(key)
+        if row is not None and _absurd_wait(row):  # levels or pause edited into nonsense
+            row = await self._reset(key, float(row["wait_s"]))
         if row is None or row["ok"]:
             return 0.0
         return min(max(float(row["wait_s"]), 0.001), MAX_SLEEP_S)
+
+    async def _take(self, key: str) -> asyncpg.Record | None:
+        """RATE_TAKE's answer; None: go ahead (no row, the database away, limits that
+        cannot work)."""
+        try:
+            row = await self.pool.fetchrow(sql.RATE_TAKE, key, float(self.estimate))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            log.warning("rate limit check failed for key %r, calling anyway: %s", key, e)
+            return None
+        if row is not None and (why := _unusable_limits(row)) is not None:
+            _report(key, why, "this key's limit is ignored until `ratelimits set` fixes it")
+            return None
+        return row
+
+    async def _reset(self, key: str, wait_s: float) -> asyncpg.Record | None:
+        """Start the key's bucket again (RATE_RESET) and ask again; None: go ahead."""
+        why = f"it asks a call to wait {wait_s:.6g} s, more than any bucket the workers keep"
+        _report(key, why, "the bucket is reset: empty, refilling from now, not paused")
+        try:
+            await self.pool.fetchrow(sql.RATE_RESET, key)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            log.warning("rate limit reset failed for key %r, calling anyway: %s", key, e)
+            return None
+        row = await self._take(key)
+        return None if row is not None and _absurd_wait(row) else row
 
     async def settle(
         self, request: Request, response: ModelResponse | None, error: ModelError | None
@@ -111,3 +148,36 @@ class RunRateGate:
 
 
 _NAMES = ("requests", "input-tokens", "output-tokens")
+
+
+def _absurd_wait(row: asyncpg.Record) -> bool:
+    wait = float(row["wait_s"])
+    return not row["ok"] and not (math.isfinite(wait) and wait <= MAX_WAIT_S)
+
+
+def _unusable_limits(row: asyncpg.Record) -> str | None:
+    """What makes a key's limits unable to work as a bucket (a hand-edited row), or None."""
+    window, rpm = float(row["window_s"]), row["rpm"]
+    if not math.isfinite(window):
+        return f"window_s is {window} (the bucket would have no size)"
+    if rpm is not None and rpm * window / 60.0 < 1:
+        return (
+            f"requests_per_minute x window_s / 60 = {rpm} x {window:g} / 60 is below 1: "
+            "the bucket never holds a request"
+        )
+    return None
+
+
+_reported: dict[str, float] = {}  # key -> when its broken row was last logged (monotonic)
+
+
+def _report(key: str, why: str, then: str) -> None:
+    """A broken `rate_limits` row: counted each time, logged at most once a minute per key."""
+    metrics.RATE_LIMIT_INVALID.labels(key).inc()
+    trace.get_current_span().add_event(
+        "hango.rate_limit.invalid", {"hango.rate_limit.key": key, "hango.rate_limit.problem": why}
+    )
+    now = time.monotonic()
+    if now - _reported.get(key, -REPORT_EVERY_S) >= REPORT_EVERY_S:
+        _reported[key] = now
+        log.error("rate_limits row %r cannot be used: %s; %s", key, why, then)

@@ -44,6 +44,12 @@ async def set_rate_limit(
         raise ValueError(f"window_s must be 0.001 to 3600 seconds, got {window_s!r}")
     if (requests_per_minute, input_tokens_per_minute, output_tokens_per_minute) == (None,) * 3:
         raise ValueError("give at least one limit (requests or input/output tokens per minute)")
+    if requests_per_minute is not None and requests_per_minute * window_s / 60.0 < 1:
+        raise ValueError(
+            f"a bucket of {requests_per_minute} requests per minute over {window_s:g} s holds "
+            f"less than one request and would never grant a call: give window_s of at least "
+            f"{60.0 / requests_per_minute:g} s"
+        )
     row = await db.fetchrow(
         """
         INSERT INTO rate_limits AS l (key, requests_per_minute, input_tokens_per_minute,

@@ -22,6 +22,7 @@ DONE_CHANNEL = "hango_done"
 # named here like every other hot-path statement.
 from hango_worker.store.sql_claim import ATTEMPT_LIMIT as ATTEMPT_LIMIT  # noqa: E402
 from hango_worker.store.sql_claim import CLAIM as CLAIM  # noqa: E402
+from hango_worker.store.sql_claim import RATE_RESET as RATE_RESET  # noqa: E402
 from hango_worker.store.sql_claim import RATE_SETTLE as RATE_SETTLE  # noqa: E402
 from hango_worker.store.sql_claim import RATE_TAKE as RATE_TAKE  # noqa: E402
 from hango_worker.store.sql_claim import TENANT_RUNNING as TENANT_RUNNING  # noqa: E402

@@ -125,13 +125,14 @@ GROUP BY t.name
 # $1 key, $2 the call's input tokens (estimated). Granted: one request and $2 input
 # tokens taken (the output bucket must not be in debt). Refused: nothing taken, and
 # `wait_s` says how long until it would be granted. No row: no limit (no rows back).
+# `window_s` and `rpm` come back for the gate's sanity check of a hand-edited row.
 _LEVEL = (
     "CASE WHEN {lim} IS NULL THEN NULL ELSE least({lim} * window_s / 60.0, {col} "
     "+ greatest(extract(epoch FROM clock_timestamp() - refilled_at), 0) * {lim} / 60.0) END"
 )
 RATE_TAKE = f"""
 WITH cur AS (
-    SELECT key, clock_timestamp() AS t, blocked_until,
+    SELECT key, clock_timestamp() AS t, blocked_until, window_s,
         requests_per_minute AS rpm, input_tokens_per_minute AS itpm,
         output_tokens_per_minute AS otpm,
         input_tokens_per_minute * window_s / 60.0 AS i_cap,
@@ -157,8 +158,17 @@ SELECT ok, CASE WHEN ok THEN 0 ELSE greatest(
         coalesce((1 - r) * 60.0 / rpm, 0),
         coalesce((need - i) * 60.0 / itpm, 0),
         coalesce((0 - o) * 60.0 / otpm, 0), 0.001) END::float8 AS wait_s,
-    (SELECT count(*) FROM u) AS taken
+    (SELECT count(*) FROM u) AS taken, window_s, rpm
 FROM d
+"""
+
+# A bucket whose levels or pause were edited into nonsense (a wait no real bucket asks
+# for): start it again empty, refilling from now, not paused. The limits stay.
+RATE_RESET = """
+UPDATE rate_limits SET requests = 0, input_tokens = 0, output_tokens = 0,
+    refilled_at = clock_timestamp(), blocked_until = NULL, updated_at = clock_timestamp()
+WHERE key = $1
+RETURNING key
 """
 
 # After a call: $2 input tokens beyond the estimate taken before it (may be negative),

@@ -282,6 +282,11 @@ RATE_LIMIT_WAIT = Histogram(
     ["key"],
     buckets=RATE_LIMIT_WAIT_BUCKETS,
 )
+RATE_LIMIT_INVALID = Counter(
+    "hango_rate_limit_invalid_total",
+    "Model calls that found their rate_limits row unusable (hand-edited), per key.",
+    ["key"],
+)
 RATE_LIMITED_CALLS = Counter(
     "hango_rate_limited_calls_total",
     "Model calls the provider answered 429 despite the fleet-wide limiter, per key.",
