@@ -193,6 +193,7 @@ async def test_a_requested_cancel_survives_a_takeover(pool: asyncpg.Pool, dsn: s
     script = scripted({"tool_calls": [call("echo", text="x")]}, {"text": "done"})
     stats = await run_until_idle(dsn, script, [tool])
     assert stats.finished == {"cancelled": 1}
+    assert script.calls == 0  # seen at the claim: cancelled before any model call
     run = await details(pool, run_id)
     assert run["status"] == "cancelled" and run["attempt"] == 2 and calls == []
     await repo.resume(pool, repo.DEFAULT_TENANT_ID, run_id)  # resume clears the request
