@@ -33,19 +33,26 @@ UPDATE runs SET status = 'queued', attempt = attempt - 1,
 WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
 """
 
-LOAD_RUN_CONTEXT = """
+# Everything a run attempt reads to start, in one statement (one round trip): its agent,
+# its session's history (as three arrays, in seq order) and the counters derived from
+# it (the run's own messages are in its session: one scan of the session's messages),
+# and the run's last event seq. No row: the agent is gone (or not the run's tenant's).
+LOAD_RUN = """
 SELECT a.id::text AS id, a.name, a.model, a.system::text AS system, a.tools,
-    a.config::text AS config,
-    (SELECT coalesce(max(seq), 0) FROM messages m WHERE m.session_id = $2) AS last_seq,
-    (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = $1) AS last_event_seq,
-    (SELECT count(*) FROM messages m WHERE m.run_id = $1 AND m.role = 'assistant') AS turns_done,
-    (SELECT count(*) FROM messages m WHERE m.run_id = $1) AS run_messages
-FROM agents a WHERE a.id = $3 AND a.tenant_id = $4
+    a.config::text AS config, m.last_seq, m.turns_done, m.run_messages,
+    m.seqs, m.roles, m.contents,
+    (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = $1) AS last_event_seq
+FROM agents a, LATERAL (
+    SELECT coalesce(max(seq), 0) AS last_seq,
+        count(*) FILTER (WHERE run_id = $1 AND role = 'assistant') AS turns_done,
+        count(*) FILTER (WHERE run_id = $1) AS run_messages,
+        coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
+        coalesce(array_agg(role ORDER BY seq), '{}') AS roles,
+        coalesce(array_agg(content::text ORDER BY seq), '{}') AS contents
+    FROM messages WHERE session_id = $2
+) m
+WHERE a.id = $3 AND a.tenant_id = $4
 """
-
-LOAD_MESSAGES = (
-    "SELECT seq, role, content::text AS content FROM messages WHERE session_id = $1 ORDER BY seq"
-)
 
 # The results recorded for the calls of one assistant message (the pending turn).
 LOAD_TOOL_RESULTS = (
