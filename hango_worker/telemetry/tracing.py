@@ -32,8 +32,18 @@ class ToolCallNote:
 _tool_call: ContextVar[ToolCallNote | None] = ContextVar("hango_tool_call", default=None)
 
 
+_tracer: trace.Tracer | None = None
+
+
 def tracer() -> trace.Tracer:
-    return trace.get_tracer(TRACER_NAME)
+    """The worker's tracer, looked up once (`trace.get_tracer` reads the environment on
+    each call while no global provider is set). Safe to keep: before a global provider
+    is set it is the API's proxy tracer, which follows the provider once one is set, and
+    telemetry/setup.py's provider follows every later set-up itself."""
+    global _tracer
+    if _tracer is None:
+        _tracer = trace.get_tracer(TRACER_NAME)
+    return _tracer
 
 
 def current_traceparent() -> str | None:
