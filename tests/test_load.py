@@ -103,3 +103,20 @@ async def test_an_unreadable_message_names_its_seq(pool: asyncpg.Pool) -> None:
         assert "message seq 2" in e.error["message"]
     else:
         raise AssertionError("an unreadable message must fail the load")
+
+
+async def test_an_updated_agent_is_read_again_and_an_unchanged_one_is_not(
+    pool: asyncpg.Pool,
+) -> None:
+    await make_agent(pool)
+    first = await enqueue(pool, "one")
+    a1 = (await load(pool, await _claim(pool))).agent
+    await pool.execute("UPDATE runs SET status = 'succeeded' WHERE id = $1", first)
+    second = await enqueue(pool, "two")
+    a2 = (await load(pool, await _claim(pool))).agent
+    assert a2 is a1  # parsed once while the agent row is unchanged
+    await pool.execute("UPDATE runs SET status = 'succeeded' WHERE id = $1", second)
+    await pool.execute("UPDATE agents SET system = '[\"Be thorough.\"]'::jsonb")
+    await enqueue(pool, "three")
+    a3 = (await load(pool, await _claim(pool))).agent
+    assert a3.system == ["Be thorough."] and a1.system == ["Be brief."]

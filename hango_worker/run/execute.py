@@ -149,7 +149,24 @@ def _decisions(rows: list[Any], pending: Message) -> dict[str, DecisionRecord]:
     return out
 
 
+# Parsed agents by (id, row version): an agent row is immutable until it is updated,
+# which gives it a new version. Bounded: emptied when full.
+_AGENTS: dict[tuple[str, str], AgentSpec] = {}
+MAX_CACHED_AGENTS = 1024
+
+
 def _agent(row: dict[str, Any]) -> AgentSpec:
+    key = (str(row["id"]), str(row["version"]))
+    found = _AGENTS.get(key)
+    if found is None:
+        found = _parse_agent(row)
+        if len(_AGENTS) >= MAX_CACHED_AGENTS:
+            _AGENTS.clear()
+        _AGENTS[key] = found
+    return found
+
+
+def _parse_agent(row: dict[str, Any]) -> AgentSpec:
     try:
         row["system"] = decode_json(row["system"], "agents.system")
         row["config"] = decode_json(row["config"], "agents.config")

@@ -37,9 +37,11 @@ WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
 # its session's history (as three arrays, in seq order) and the counters derived from
 # it (the run's own messages are in its session: one scan of the session's messages),
 # and the run's last event seq. No row: the agent is gone (or not the run's tenant's).
+# `version` (the agent row's xmin) changes with every update of the agent: the worker
+# keeps the parsed agent per (id, version).
 LOAD_RUN = """
-SELECT a.id::text AS id, a.name, a.model, a.system::text AS system, a.tools,
-    a.config::text AS config, m.last_seq, m.turns_done, m.run_messages,
+SELECT a.id::text AS id, a.xmin::text AS version, a.name, a.model, a.system::text AS system,
+    a.tools, a.config::text AS config, m.last_seq, m.turns_done, m.run_messages,
     m.seqs, m.roles, m.contents,
     (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = $1) AS last_event_seq
 FROM agents a, LATERAL (
