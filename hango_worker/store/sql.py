@@ -179,10 +179,18 @@ SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel 
 """
 
 # Per worker, not per run: one statement renews every lease the worker holds.
+# The rows are locked in primary-key order (ORDER BY id FOR UPDATE), as a group commit
+# locks its runs (run/group.py): the plan's own order (runs_lease_idx) deadlocked with
+# group commits now and then.
 HEARTBEAT = """
-UPDATE runs SET lease_expires_at = now() + make_interval(secs => $2)
-WHERE lease_owner = $1 AND status = 'running' AND id = ANY($3::uuid[])
-RETURNING id::text, attempt, cancel_requested
+WITH mine AS (
+    SELECT id FROM runs
+    WHERE lease_owner = $1 AND status = 'running' AND id = ANY($3::uuid[])
+    ORDER BY id FOR UPDATE
+)
+UPDATE runs r SET lease_expires_at = now() + make_interval(secs => $2)
+FROM mine WHERE r.id = mine.id
+RETURNING r.id::text, r.attempt, r.cancel_requested
 """
 
 # Runs whose worker is gone: the lease expired, or (hand-edited) a running run
