@@ -77,6 +77,14 @@ async def _xids(pool: asyncpg.Pool, run_ids: list[str]) -> int:
     )
 
 
+async def _hold(gc: GroupCommit) -> asyncio.Future[object]:
+    """A lone write kept in flight for a moment (a lone write goes at once, alone), so
+    the writes sent next queue behind it and share the transaction after it."""
+    held = asyncio.ensure_future(gc.fetchrow("SELECT 1 AS fenced FROM pg_sleep(0.05)"))
+    await asyncio.sleep(0)  # it has started
+    return held
+
+
 async def test_a_stolen_lease_rejects_only_its_run_in_a_shared_commit(
     pool: asyncpg.Pool,
 ) -> None:
@@ -86,11 +94,13 @@ async def test_a_stolen_lease_rejects_only_its_run_in_a_shared_commit(
     )
     gc = GroupCommit(pool)
     io_a, io_b, io_c = _io(pool, a, gc), _io(pool, b, gc), _io(pool, c, gc)
+    held = await _hold(gc)
     before = _batches()
     res = await asyncio.gather(
         _turn(io_a, "a's answer"), _turn(io_b, "b's"), _turn(io_c, "c's"), return_exceptions=True
     )
     after = _batches()
+    await held
     assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
     assert await _xids(pool, [a.run_id, c.run_id]) == 1  # one transaction for both
     assert res[0] is None and res[2] is None
@@ -119,9 +129,11 @@ async def test_a_statement_error_in_a_shared_commit_fails_only_its_run(
     gc = GroupCommit(pool)
     ios = [_io(pool, x, gc) for x in (a, b, c)]
     splits = _splits()
+    held = await _hold(gc)
     res = await asyncio.gather(
         *(_turn(io, f"answer {i}") for i, io in enumerate(ios)), return_exceptions=True
     )
+    await held
     assert isinstance(res[0], asyncpg.UniqueViolationError)
     assert res[1:] == [None, None]
     assert _splits() == splits + 1
@@ -178,11 +190,17 @@ async def test_a_lost_connection_reaches_every_run_of_the_batch_and_each_retries
     a, b = await _claimed(pool, 2)
     gc = GroupCommit(pool)
     ios = [_io(pool, x, gc) for x in (a, b)]
+    held = await _hold(gc)
+    before = _batches()
     # a third write in the same batch kills the shared connection before the COMMIT
     kill = gc.fetchrow("SELECT pg_terminate_backend(pg_backend_pid()) AS fenced")
     res = await asyncio.gather(
         kill, *(_turn(io, f"answer {i}") for i, io in enumerate(ios)), return_exceptions=True
     )
+    await held
+    after = _batches()
+    # the three together, then a's and b's writes again, each alone
+    assert (after[0] - before[0], after[1] - before[1]) == (3, 5)
     assert isinstance(res[0], CONNECTION_ERRORS)  # the database went away: retry
     assert res[1:] == [None, None]  # each retried on its own and committed
     assert await _texts(pool, a.run_id) == ["go", "answer 0"]

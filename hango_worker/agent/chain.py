@@ -117,7 +117,9 @@ class Chain:
                     f"agent.before_run {hook.name}", attributes={MW_NAME: hook.name}
                 ):
                     await hook.before_run(state)
-                metrics.MW_BEFORE_RUN.labels(hook.name).observe(time.perf_counter() - started)
+                metrics.child(metrics.MW_BEFORE_RUN, hook.name).observe(
+                    time.perf_counter() - started
+                )
 
     def tools(self, state: State) -> list[Tool]:
         out: list[Tool] = []

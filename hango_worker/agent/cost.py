@@ -44,7 +44,7 @@ class RunCost:
         if self.price is not None:
             cost = self.price.cost(usage)
             self._usd += cost
-            metrics.MODEL_COST.labels(self.model).inc(cost)
+            metrics.child(metrics.MODEL_COST, self.model).inc(cost)
             return cost
         if self._usd == 0.0:  # once per attempt
             self._usd = -1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import asyncpg
 from opentelemetry import trace
@@ -75,13 +75,13 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
     LoadError naming it (invalid_input, invalid_agent, invalid_history, …)."""
     if c.invalid is not None:
         raise LoadError(c.invalid["type"], c.invalid["message"])
-    ctx = await pool.fetchrow(sql.LOAD_RUN_CONTEXT, c.run_id, c.session_id, c.agent_id, c.tenant_id)
+    ctx = await pool.fetchrow(sql.LOAD_RUN, c.run_id, c.session_id, c.agent_id, c.tenant_id)
     if ctx is None:
         raise LoadError(
             ErrorType.AGENT_NOT_FOUND, f"agent {c.agent_id} of run {c.run_id} does not exist"
         )
     agent = _agent(dict(ctx))
-    rows = await pool.fetch(sql.LOAD_MESSAGES, c.session_id)
+    rows = [_Row(*r) for r in zip(ctx["seqs"], ctx["roles"], ctx["contents"], strict=True)]
     messages = _messages(rows)
     persisted = len(messages)
     if ctx["run_messages"] == 0:
@@ -93,11 +93,11 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
         messages.append(Message("user", [TextBlock(text=text)]))
     overrides = _overrides(c.input)
     recorded: dict[str, ToolResult] = {}
-    if rows and rows[-1]["role"] == "assistant":  # a pending turn: its recorded results
-        recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1]["seq"]))
+    if rows and rows[-1].role == "assistant":  # a pending turn: its recorded results
+        recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1].seq))
     decisions: dict[str, DecisionRecord] = {}
-    if c.waiting_for is not None and rows and rows[-1]["role"] == "assistant":
-        found = await pool.fetch(sql.LOAD_DECISIONS, c.run_id, rows[-1]["seq"])
+    if c.waiting_for is not None and rows and rows[-1].role == "assistant":
+        found = await pool.fetch(sql.LOAD_DECISIONS, c.run_id, rows[-1].seq)
         decisions = _decisions(found, messages[persisted - 1])
     return Loaded(
         agent=agent,
@@ -149,7 +149,24 @@ def _decisions(rows: list[Any], pending: Message) -> dict[str, DecisionRecord]:
     return out
 
 
+# Parsed agents by (id, row version): an agent row is immutable until it is updated,
+# which gives it a new version. Bounded: emptied when full.
+_AGENTS: dict[tuple[str, str], AgentSpec] = {}
+MAX_CACHED_AGENTS = 1024
+
+
 def _agent(row: dict[str, Any]) -> AgentSpec:
+    key = (str(row["id"]), str(row["version"]))
+    found = _AGENTS.get(key)
+    if found is None:
+        found = _parse_agent(row)
+        if len(_AGENTS) >= MAX_CACHED_AGENTS:
+            _AGENTS.clear()
+        _AGENTS[key] = found
+    return found
+
+
+def _parse_agent(row: dict[str, Any]) -> AgentSpec:
     try:
         row["system"] = decode_json(row["system"], "agents.system")
         row["config"] = decode_json(row["config"], "agents.config")
@@ -160,16 +177,24 @@ def _agent(row: dict[str, Any]) -> AgentSpec:
         raise LoadError(ErrorType.INVALID_AGENT, f"agent {row.get('name')!r}: {_why(e)}") from None
 
 
-def _messages(rows: list[Any]) -> list[Message]:
+class _Row(NamedTuple):
+    """One stored message of the session, as sql.LOAD_RUN returns it."""
+
+    seq: int
+    role: str
+    content: str
+
+
+def _messages(rows: list[_Row]) -> list[Message]:
     messages = []
     for r in rows:
         try:
-            content = decode_json(r["content"], "messages.content")
-            messages.append(message_from_dict({"role": r["role"], "content": content}))
+            content = decode_json(r.content, "messages.content")
+            messages.append(message_from_dict({"role": r.role, "content": content}))
         except Exception as e:
             raise LoadError(
                 ErrorType.INVALID_HISTORY,
-                f"session history cannot be read: message seq {r['seq']}: {_why(e)}",
+                f"session history cannot be read: message seq {r.seq}: {_why(e)}",
             ) from None
     return messages
 

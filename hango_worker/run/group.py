@@ -62,14 +62,31 @@ class GroupCommit:
         self.max_batch = max_batch
         self._pending: list[_Write] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._lone = False  # a write sent at once (`_direct`) is in flight
 
     async def fetchrow(self, query: str, *args: Any) -> Any:
         """The statement's row, once the transaction that carried it has committed."""
+        if not self._busy():
+            return await self._direct(query, args)
         w = _Write(query, args, asyncio.get_running_loop().create_future())
         self._pending.append(w)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="hango-group-commit")
         return await w.done
+
+    def _busy(self) -> bool:
+        return self._lone or (self._flusher is not None and not self._flusher.done())
+
+    async def _direct(self, query: str, args: tuple[Any, ...]) -> Any:
+        """Nothing in flight: the write goes at once, alone, from the run's own task (no
+        hand-over to the flusher: one task and two loop iterations fewer per lone write).
+        Writes arriving meanwhile queue, and go together once it has returned."""
+        self._lone = True
+        try:
+            metrics.CHECKPOINT_BATCH.observe(1)
+            return await self.pool.fetchrow(query, *args)
+        finally:
+            self._lone = False
+            if self._pending:
+                self._flusher = asyncio.create_task(self._flush(), name="hango-group-commit")
 
     async def _flush(self) -> None:
         while self._pending:

@@ -221,9 +221,9 @@ class Worker:
             self.stats.lost += 1
             metrics.LEASE_LOST.inc()
             return
-        metrics.RUNS_FINISHED.labels(status).inc()
+        metrics.child(metrics.RUNS_FINISHED, status).inc()
         if f is not None:
-            metrics.RUN_DURATION.labels(status).observe(time.perf_counter() - f.started)
+            metrics.child(metrics.RUN_DURATION, status).observe(time.perf_counter() - f.started)
 
     async def _fail_crashed(self, c: Claim, control: RunControl) -> str:
         error = {"type": ErrorType.INTERNAL_ERROR, "message": _CRASHED}

@@ -34,19 +34,28 @@ UPDATE runs SET status = 'queued', attempt = attempt - 1,
 WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
 """
 
-LOAD_RUN_CONTEXT = """
-SELECT a.id::text AS id, a.name, a.model, a.system::text AS system, a.tools,
-    a.config::text AS config,
-    (SELECT coalesce(max(seq), 0) FROM messages m WHERE m.session_id = $2) AS last_seq,
-    (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = $1) AS last_event_seq,
-    (SELECT count(*) FROM messages m WHERE m.run_id = $1 AND m.role = 'assistant') AS turns_done,
-    (SELECT count(*) FROM messages m WHERE m.run_id = $1) AS run_messages
-FROM agents a WHERE a.id = $3 AND a.tenant_id = $4
+# Everything a run attempt reads to start, in one statement (one round trip): its agent,
+# its session's history (as three arrays, in seq order) and the counters derived from
+# it (the run's own messages are in its session: one scan of the session's messages),
+# and the run's last event seq. No row: the agent is gone (or not the run's tenant's).
+# `version` (the agent row's xmin) changes with every update of the agent: the worker
+# keeps the parsed agent per (id, version).
+LOAD_RUN = """
+SELECT a.id::text AS id, a.xmin::text AS version, a.name, a.model, a.system::text AS system,
+    a.tools, a.config::text AS config, m.last_seq, m.turns_done, m.run_messages,
+    m.seqs, m.roles, m.contents,
+    (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = $1) AS last_event_seq
+FROM agents a, LATERAL (
+    SELECT coalesce(max(seq), 0) AS last_seq,
+        count(*) FILTER (WHERE run_id = $1 AND role = 'assistant') AS turns_done,
+        count(*) FILTER (WHERE run_id = $1) AS run_messages,
+        coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
+        coalesce(array_agg(role ORDER BY seq), '{}') AS roles,
+        coalesce(array_agg(content::text ORDER BY seq), '{}') AS contents
+    FROM messages WHERE session_id = $2
+) m
+WHERE a.id = $3 AND a.tenant_id = $4
 """
-
-LOAD_MESSAGES = (
-    "SELECT seq, role, content::text AS content FROM messages WHERE session_id = $1 ORDER BY seq"
-)
 
 # The results recorded for the calls of one assistant message (the pending turn).
 LOAD_TOOL_RESULTS = (
@@ -171,10 +180,18 @@ SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel 
 """
 
 # Per worker, not per run: one statement renews every lease the worker holds.
+# The rows are locked in primary-key order (ORDER BY id FOR UPDATE), as a group commit
+# locks its runs (run/group.py): the plan's own order (runs_lease_idx) deadlocked with
+# group commits now and then.
 HEARTBEAT = """
-UPDATE runs SET lease_expires_at = now() + make_interval(secs => $2)
-WHERE lease_owner = $1 AND status = 'running' AND id = ANY($3::uuid[])
-RETURNING id::text, attempt, cancel_requested
+WITH mine AS (
+    SELECT id FROM runs
+    WHERE lease_owner = $1 AND status = 'running' AND id = ANY($3::uuid[])
+    ORDER BY id FOR UPDATE
+)
+UPDATE runs r SET lease_expires_at = now() + make_interval(secs => $2)
+FROM mine WHERE r.id = mine.id
+RETURNING r.id::text, r.attempt, r.cancel_requested
 """
 
 # Runs whose worker is gone: the lease expired, or (hand-edited) a running run

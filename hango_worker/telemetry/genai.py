@@ -97,14 +97,15 @@ def end_chat_span(span: Span, request: Any, resp: Any, provider_name: str, start
     if resp.time_to_first_chunk_s is not None:
         span.set_attribute("gen_ai.response.time_to_first_chunk", resp.time_to_first_chunk_s)
     labels = ("chat", provider_name, request.model)
-    metrics.GENAI_DURATION.labels(*labels, "").observe(time.perf_counter() - started)
-    metrics.GENAI_TOKENS.labels(*labels, "input").observe(input_tokens(resp.usage))
-    metrics.GENAI_TOKENS.labels(*labels, "output").observe(resp.usage.output_tokens)
+    child = metrics.child
+    child(metrics.GENAI_DURATION, *labels, "").observe(time.perf_counter() - started)
+    child(metrics.GENAI_TOKENS, *labels, "input").observe(input_tokens(resp.usage))
+    child(metrics.GENAI_TOKENS, *labels, "output").observe(resp.usage.output_tokens)
     u = resp.usage
-    metrics.MODEL_TOKENS.labels("input").inc(u.input_tokens)
-    metrics.MODEL_TOKENS.labels("output").inc(u.output_tokens)
-    metrics.MODEL_TOKENS.labels("cache_read").inc(u.cache_read_input_tokens)
-    metrics.MODEL_TOKENS.labels("cache_creation").inc(u.cache_creation_input_tokens)
+    child(metrics.MODEL_TOKENS, "input").inc(u.input_tokens)
+    child(metrics.MODEL_TOKENS, "output").inc(u.output_tokens)
+    child(metrics.MODEL_TOKENS, "cache_read").inc(u.cache_read_input_tokens)
+    child(metrics.MODEL_TOKENS, "cache_creation").inc(u.cache_creation_input_tokens)
 
 
 def end_chat_span_error(

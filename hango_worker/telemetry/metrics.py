@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -210,14 +211,29 @@ CONSOLE_DECISIONS = Counter(
 )
 
 
+M = TypeVar("M", Counter, Gauge, Histogram)
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(metric: M, *labels: str) -> M:
+    """`metric.labels(*labels)`, looked up once per label set (prometheus_client's
+    `labels` validates the values and takes a lock on every call; the hot path calls it
+    about 15 times per run). Label sets are bounded, so is this cache."""
+    key = (id(metric), labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
+
 def error_type_label(error_type: object) -> str:
     return str(error_type) if error_type in KNOWN_ERROR_TYPES else "other"
 
 
 def set_slots(used: int, total: int) -> None:
     RUNS_IN_FLIGHT.set(used)
-    WORKER_SLOTS.labels("used").set(used)
-    WORKER_SLOTS.labels("total").set(total)
+    child(WORKER_SLOTS, "used").set(used)
+    child(WORKER_SLOTS, "total").set(total)
 
 
 def init_tool_series(tool_names: Iterable[str]) -> None:

@@ -233,6 +233,10 @@ class _Switch(trace.TracerProvider):
             self.current = provider
             return True
 
+    def hango_idle(self) -> bool:
+        """Nothing to record to (telemetry/tracing.py's fast path with tracing off)."""
+        return self.current is None
+
     def release(self, provider: TracerProvider) -> None:
         """Stop using ``provider``; the one installed before it (if still open) takes over."""
         with self._lock:
