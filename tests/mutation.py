@@ -74,6 +74,38 @@ PROFILES = {
         tests=("tests/test_worker.py", "tests/test_stack.py", "tests/test_poison.py"),
         database=True,
     ),
+    # a turn's tool calls side by side (also in `agent`, judged there without the
+    # parallel-call tests): the batch, suspension, resume, limits, cancel
+    "batch": Profile(
+        only_mutate=("hango_worker/agent/batch.py",),
+        tests=(
+            "tests/test_parallel_tools.py",
+            "tests/test_loop.py",
+            "tests/test_tool_safety.py",
+            "tests/test_limits.py",
+            "tests/test_hitl.py",
+            "tests/test_subagents.py",
+        ),
+        database=True,
+    ),
+    # group commit: fenced writes of concurrent runs in one transaction, on Postgres
+    "group": Profile(
+        only_mutate=("hango_worker/run/group.py",),
+        tests=("tests/test_group_commit.py",),
+        database=True,
+    ),
+    # the fleet-wide rate gate before each model call (the bucket SQL is checked by hand)
+    "ratelimit": Profile(
+        only_mutate=("hango_worker/run/ratelimit.py",),
+        tests=("tests/test_ratelimit.py",),
+        database=True,
+    ),
+    # the run console over HTTP (a real uvicorn per test): auth, CSRF, pages, decisions
+    "console": Profile(
+        only_mutate=("hango_worker/console/*",),
+        tests=("tests/test_console.py",),
+        database=True,
+    ),
 }
 
 
