@@ -101,6 +101,23 @@ async def test_a_full_tenant_takes_no_place_in_the_batch(pool: asyncpg.Pool) -> 
     assert [row["tenant_id"] for row in got] == [free, free]
 
 
+async def test_a_full_agent_holds_back_no_other_agent_of_its_tenant(pool: asyncpg.Pool) -> None:
+    """An agent at its max_running with a backlog of older runs: the tenant's other
+    agent still gets the batch (the full agent's runs are no candidates at all)."""
+    t = await tenant_with_agent(pool, "t")
+    await pool.execute("UPDATE agents SET max_running = 1 WHERE tenant_id = $1", t)
+    await bulk_enqueue(pool, t, 2 * BATCH)
+    assert len(await claim(pool, BATCH)) == 1  # the agent is full now
+    await repo.create_agent(
+        pool, tenant_id=t, name="other", model="claude-test", system=[], tools=[], config={}
+    )
+    others = [
+        (await repo.enqueue(pool, tenant_id=t, agent="other", input_text="go"))["run_id"]
+        for _ in range(3)
+    ]
+    assert sorted(_ids(await claim(pool, BATCH))) == sorted(others)
+
+
 async def _claim_in(con: asyncpg.Connection, worker: str) -> list[asyncpg.Record]:
     return list(await con.fetch(sql.CLAIM, worker, BATCH, 30.0))
 
