@@ -1,6 +1,6 @@
 """`make mutate`: mutation testing of hango_worker/agent and hango_worker/run (mutmut).
 
-    python -m tests.mutation [--jobs N] [agent] [run]
+    python -m tests.mutation [--jobs N] [--only PATTERN] [PROFILE ...]
 
 Each profile mutates one package and judges every mutant by the tests that are
 fast enough to run once per mutant (mutmut runs only the tests that executed
@@ -14,7 +14,10 @@ the mutated function, stopping at the first failure):
   Postgres started here and shared by every mutant. Each of its mutants costs a
   few seconds of worker tests, so the rest of run/ (io.py, worker.py,
   listener.py, stream.py: about 900 more mutants) is left out to keep a full run
-  under about 40 minutes on two cores.
+  under about 40 minutes on two cores;
+- ``limits``, ``batch``, ``group``, ``ratelimit``, ``console``: one file (or package)
+  each, by the tests that exercise it (see PROFILES); ``console`` has about 2500
+  mutants, so run it a file at a time (``--only 'hango_worker.console.auth.*'``).
 
 Each profile works in its own copy under ``.mutants/<profile>/`` with its own
 ``[tool.mutmut]`` section, so a rerun re-tests only what changed. The score is
