@@ -187,6 +187,7 @@ async def test_the_suspended_call_span_is_not_an_error(spans: Any) -> None:
     await suspend()
     (echo,) = [s for s in spans.named("execute_tool echo")]
     assert [e.name for e in echo.events] == ["hitl.suspended"]
+    assert dict(echo.events[0].attributes) == {"hango.wait.reason": "approval"}
     assert echo.status.status_code.name == "UNSET"
     (turn,) = spans.named("turn 1")
     assert "hitl.suspended" in [e.name for e in turn.events]
