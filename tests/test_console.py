@@ -380,3 +380,23 @@ async def test_sign_in_csrf_and_tenant_choice_are_bound_to_the_credential(
         r = await c.get("/runs", params={"tenant": OTHER_TENANT})
         assert r.status_code == 404 and "no such tenant for this credential" in r.text
     assert (await _state(pool, run_id))[2] == 0  # no decision recorded
+
+
+async def test_an_action_from_another_site_is_refused_by_either_header(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """Sec-Fetch-Site alone, or Origin alone, is enough to refuse a cross-site action;
+    a request the browser says is the user's own (none) from this very origin goes."""
+    (run_id,) = await waiting_runs(pool, dsn)
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url, headers=bearer(ACT)) as c:
+        act, form = f"/runs/{run_id}/reject", {"reason": "no"}
+        r = await c.post(act, data=form, headers={"Sec-Fetch-Site": "cross-site"})
+        assert r.status_code == 403 and "cross-site request refused" in r.text
+        r = await c.post(act, data=form, headers={"Sec-Fetch-Site": "same-site"})
+        assert r.status_code == 403  # a sibling host is another site here
+        r = await c.post(act, data=form, headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403 and "Origin is another site" in r.text
+        assert (await _state(pool, run_id))[2] == 0
+        own = {"Sec-Fetch-Site": "none", "Origin": url.rstrip("/")}
+        assert (await c.post(act, data=form, headers=own)).status_code == 303
+    assert (await _state(pool, run_id))[2] == 1
