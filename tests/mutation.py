@@ -1,6 +1,6 @@
 """`make mutate`: mutation testing of hango_worker/agent and hango_worker/run (mutmut).
 
-    python -m tests.mutation [--jobs N] [agent] [run]
+    python -m tests.mutation [--jobs N] [--only PATTERN] [PROFILE ...]
 
 Each profile mutates one package and judges every mutant by the tests that are
 fast enough to run once per mutant (mutmut runs only the tests that executed
@@ -14,7 +14,10 @@ the mutated function, stopping at the first failure):
   Postgres started here and shared by every mutant. Each of its mutants costs a
   few seconds of worker tests, so the rest of run/ (io.py, worker.py,
   listener.py, stream.py: about 900 more mutants) is left out to keep a full run
-  under about 40 minutes on two cores.
+  under about 40 minutes on two cores;
+- ``limits``, ``batch``, ``group``, ``ratelimit``, ``console``: one file (or package)
+  each, by the tests that exercise it (see PROFILES); ``console`` has about 2500
+  mutants, so run it a file at a time (``--only 'hango_worker.console.auth.*'``).
 
 Each profile works in its own copy under ``.mutants/<profile>/`` with its own
 ``[tool.mutmut]`` section, so a rerun re-tests only what changed. The score is
@@ -24,6 +27,7 @@ killed (or timed out) / mutants tested, per profile. See docs/mutation-testing.m
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
@@ -72,6 +76,38 @@ PROFILES = {
     "run": Profile(
         only_mutate=("hango_worker/run/execute.py",),
         tests=("tests/test_worker.py", "tests/test_stack.py", "tests/test_poison.py"),
+        database=True,
+    ),
+    # a turn's tool calls side by side (also in `agent`, judged there without the
+    # parallel-call tests): the batch, suspension, resume, limits, cancel
+    "batch": Profile(
+        only_mutate=("hango_worker/agent/batch.py",),
+        tests=(
+            "tests/test_parallel_tools.py",
+            "tests/test_loop.py",
+            "tests/test_tool_safety.py",
+            "tests/test_limits.py",
+            "tests/test_hitl.py",
+            "tests/test_subagents.py",
+        ),
+        database=True,
+    ),
+    # group commit: fenced writes of concurrent runs in one transaction, on Postgres
+    "group": Profile(
+        only_mutate=("hango_worker/run/group.py",),
+        tests=("tests/test_group_commit.py",),
+        database=True,
+    ),
+    # the fleet-wide rate gate before each model call (the bucket SQL is checked by hand)
+    "ratelimit": Profile(
+        only_mutate=("hango_worker/run/ratelimit.py",),
+        tests=("tests/test_ratelimit.py",),
+        database=True,
+    ),
+    # the run console over HTTP (a real uvicorn per test): auth, CSRF, pages, decisions
+    "console": Profile(
+        only_mutate=("hango_worker/console/*",),
+        tests=("tests/test_console.py",),
         database=True,
     ),
 }
@@ -138,22 +174,29 @@ def results(work: Path) -> dict[str, str]:
     return {name: verdict for name, verdict in pairs}
 
 
-def mutate(work: Path, env: dict[str, str], jobs: int) -> None:
+def mutate(work: Path, env: dict[str, str], jobs: int, only: tuple[str, ...] = ()) -> None:
     """mutmut re-tests new and changed functions only and keeps every other verdict;
     a survivor of an earlier run is re-tested too, since tests may have been added.
     (Which tests run which function is learnt again only for new tests: after
     changing existing ones, delete .mutants/<profile> for an exact score.)"""
     earlier = (work / "mutants").exists()
     run = [str(MUTMUT), "run", "--max-children", str(jobs)]
-    subprocess.run(run, cwd=work, env=env, check=True)
+    subprocess.run([*run, *only], cwd=work, env=env, check=True)
     if earlier:
-        alive = [n for n, v in results(work).items() if v in ("survived", "no tests")]
+        alive = [n for n, v in _only(results(work), only).items() if v in ("survived", "no tests")]
         if alive:
             subprocess.run([*run, *alive], cwd=work, env=env, check=True)
 
 
-def summarize(name: str, work: Path) -> str:
-    status = Counter(results(work).values())
+def _only(verdicts: dict[str, str], only: tuple[str, ...]) -> dict[str, str]:
+    """The verdicts of the mutants `only` names (fnmatch patterns, as mutmut takes them)."""
+    if not only:
+        return verdicts
+    return {n: v for n, v in verdicts.items() if any(fnmatch.fnmatch(n, p) for p in only)}
+
+
+def summarize(name: str, work: Path, only: tuple[str, ...] = ()) -> str:
+    status = Counter(_only(results(work), only).values())
     total = sum(n for k, n in status.items() if k not in ("not checked", "skipped"))
     killed = status["killed"] + status["timeout"]
     score = 100.0 * killed / total if total else 0.0
@@ -166,6 +209,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__)
     p.add_argument("profiles", nargs="*", help=f"any of {', '.join(PROFILES)} (default: all)")
     p.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="test (and score) only the mutants whose names match, e.g. "
+        "'hango_worker.console.auth.*' (repeatable; a later run without it tests the rest)",
+    )
     args = p.parse_args(argv)
     unknown = [n for n in args.profiles if n not in PROFILES]
     if unknown or args.jobs < 1:
@@ -176,10 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.profiles or list(PROFILES):
         profile = PROFILES[name]
         work = prepare(name, profile)
+        only = tuple(args.only)
         with database(profile.database) as env:
-            mutate(work, env, args.jobs)
+            mutate(work, env, args.jobs, only)
         subprocess.run([str(MUTMUT), "results"], cwd=work, check=True)  # the survivors
-        lines.append(summarize(name, work))
+        lines.append(summarize(name, work, only))
     print("\n".join(lines))
     return 0
 

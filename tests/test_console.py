@@ -20,6 +20,7 @@ from hango_worker.store import repo
 from tests.console_helpers import (
     ACT,
     OTHER,
+    OTHER_TENANT,
     READ,
     bearer,
     console,
@@ -351,3 +352,51 @@ async def test_a_malformed_run_shows_markers_not_a_server_error(
     assert r.status_code == 200
     assert "[malformed message: str]" in r.text and "error (malformed)" in r.text
     assert "[malformed todos]" in r.text and "hello" in r.text
+
+
+async def test_sign_in_csrf_and_tenant_choice_are_bound_to_the_credential(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """An unknown token gets no cookie; a CSRF token is good only for the credential
+    whose page it came from; the tenant a list shows is one the credential holds."""
+    (run_id,) = await waiting_runs(pool, dsn)
+    theirs = await other_tenant_run(pool)
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url) as c:
+        bad = await c.post("/login", data={"token": "x" * 40})
+        assert bad.status_code == 401 and "set-cookie" not in bad.headers
+        assert "unknown token" in bad.text
+        await c.post("/login", data={"token": ACT})
+        mine = csrf_of((await c.get(f"/runs/{run_id}")).text)
+        c.cookies.clear()
+        await c.post("/login", data={"token": OTHER})  # signed in with another token
+        r = await c.post(f"/runs/{theirs}/approve", data={"csrf": mine, "input": ""})
+        assert r.status_code == 403 and "CSRF" in r.text
+        c.cookies.clear()
+        await c.post("/login", data={"token": ACT})
+        listed = await c.get("/runs", params={"tenant": ""})  # none asked: the first
+        assert listed.status_code == 200 and run_id in listed.text
+        r = await c.get("/runs", params={"tenant": "junk"})
+        assert r.status_code == 400 and "&#x27;junk&#x27; is not a tenant id" in r.text
+        r = await c.get("/runs", params={"tenant": OTHER_TENANT})
+        assert r.status_code == 404 and "no such tenant for this credential" in r.text
+    assert (await _state(pool, run_id))[2] == 0  # no decision recorded
+
+
+async def test_an_action_from_another_site_is_refused_by_either_header(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """Sec-Fetch-Site alone, or Origin alone, is enough to refuse a cross-site action;
+    a request the browser says is the user's own (none) from this very origin goes."""
+    (run_id,) = await waiting_runs(pool, dsn)
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url, headers=bearer(ACT)) as c:
+        act, form = f"/runs/{run_id}/reject", {"reason": "no"}
+        r = await c.post(act, data=form, headers={"Sec-Fetch-Site": "cross-site"})
+        assert r.status_code == 403 and "cross-site request refused" in r.text
+        r = await c.post(act, data=form, headers={"Sec-Fetch-Site": "same-site"})
+        assert r.status_code == 403  # a sibling host is another site here
+        r = await c.post(act, data=form, headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403 and "Origin is another site" in r.text
+        assert (await _state(pool, run_id))[2] == 0
+        own = {"Sec-Fetch-Site": "none", "Origin": url.rstrip("/")}
+        assert (await c.post(act, data=form, headers=own)).status_code == 303
+    assert (await _state(pool, run_id))[2] == 1

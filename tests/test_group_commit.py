@@ -205,3 +205,30 @@ async def test_a_lost_connection_reaches_every_run_of_the_batch_and_each_retries
     assert res[1:] == [None, None]  # each retried on its own and committed
     assert await _texts(pool, a.run_id) == ["go", "answer 0"]
     assert await _texts(pool, b.run_id) == ["go", "answer 1"]
+
+
+async def test_a_group_commit_cancelled_at_shutdown_leaves_no_write_waiting(
+    pool: asyncpg.Pool,
+) -> None:
+    """The writer task cancelled (the event loop shutting down) mid-commit: the write in
+    flight and the writes queued behind it each end with CancelledError — none is told
+    it committed, none waits forever — and the next write starts afresh."""
+    gc = GroupCommit(pool)
+    in_flight = asyncio.ensure_future(gc.fetchrow("SELECT pg_sleep(3) IS NULL AS fenced"))
+    await asyncio.sleep(0)  # the first write goes at once, alone
+    queued = [asyncio.ensure_future(gc.fetchrow("SELECT 1 AS fenced")) for _ in range(2)]
+    (writer,) = [t for t in asyncio.all_tasks() if t.get_name() == "hango-group-commit"]
+    while (
+        await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3)%'"
+        )
+        == 0
+    ):
+        await asyncio.sleep(0.01)  # the first write's statement is running
+    writer.cancel()
+    done = await asyncio.wait_for(
+        asyncio.gather(in_flight, *queued, return_exceptions=True), timeout=10
+    )
+    assert [type(r) for r in done] == [asyncio.CancelledError] * 3
+    row = await asyncio.wait_for(gc.fetchrow("SELECT 7 AS fenced"), timeout=10)
+    assert row["fenced"] == 7

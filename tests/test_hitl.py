@@ -187,6 +187,7 @@ async def test_the_suspended_call_span_is_not_an_error(spans: Any) -> None:
     await suspend()
     (echo,) = [s for s in spans.named("execute_tool echo")]
     assert [e.name for e in echo.events] == ["hitl.suspended"]
+    assert dict(echo.events[0].attributes) == {"hango.wait.reason": "approval"}
     assert echo.status.status_code.name == "UNSET"
     (turn,) = spans.named("turn 1")
     assert "hitl.suspended" in [e.name for e in turn.events]
@@ -230,3 +231,30 @@ async def test_an_applied_decision_is_a_span_event_and_counted(spans: Any) -> No
     (event,) = spans.events("hitl.approved")
     assert event.attributes["hango.middleware.name"] == "human_in_the_loop"
     assert event.attributes["hango.middleware.reason"] == "echo"
+
+
+async def test_the_calls_after_the_waiting_one_are_answered_listed_or_skipped() -> None:
+    """Behind a call that waits for approval: a call with bad arguments is answered now
+    (it could never run), a repeated id is listed once, every other call is listed as
+    not started in order; the approval's time limit goes at the top of the record."""
+    turn = {
+        "tool_calls": [
+            call("echo", text="x"),  # toolu_s0000_0: waits for approval
+            {"name": "calculator", "input": [1]},  # 1: bad arguments
+            {"name": "calculator", "input": {"expression": "0"}, "id": "toolu_s0000_0"},
+            call("calculator", expression="2+2"),  # 3: not started
+            {"name": "calculator", "input": {"expression": "3"}, "id": "toolu_s0000_3"},
+            call("calculator", expression="5"),  # 5: not started
+        ]
+    }
+    a = approver(approval_timeout_s=60, on_approval_timeout="fail")
+    outcome, _, io, _, calls = await suspend(a, turns=(turn, ANSWER))
+    assert outcome.status == "waiting" and calls == []
+    waiting = outcome.waiting
+    assert waiting is not None
+    assert waiting["not_started"] == ["toolu_s0000_0", "toolu_s0000_3", "toolu_s0000_5"]
+    assert set(io.tool_results) == {"toolu_s0000_1"}
+    refused = io.tool_results["toolu_s0000_1"]
+    assert refused.outcome == "invalid_arguments" and "JSON object" in refused.content
+    assert (waiting["timeout_s"], waiting["on_timeout"]) == (60, "fail")
+    assert "timeout_s" not in waiting["call"] and "on_timeout" not in waiting["call"]

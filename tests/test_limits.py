@@ -184,10 +184,11 @@ async def test_tool_calls_over_the_limit_are_not_executed_and_the_run_winds_up()
     tool, calls = recording_tool()
     three = [call("echo", text=str(i)) for i in range(3)]
     provider = CapturingProvider(scripted({"tool_calls": three}, *_looping()))
-    outcome, state, _ = await run_agent(
+    outcome, state, io = await run_agent(
         agent(tools=["echo"], max_tool_calls=2), provider, tools=[tool]
     )
     assert (outcome.status, outcome.limit) == ("succeeded", "max_tool_calls")
+    assert io.tool_results["toolu_s0000_2"].outcome == "denied"  # recorded as refused
     assert len(calls) == 2 and len(provider.requests) == 2  # one turn, then the wind-up
     refused = state.messages[2].content[2]
     assert isinstance(refused, ToolResultBlock) and refused.is_error

@@ -444,3 +444,23 @@ async def test_a_shutdown_mid_batch_lets_the_calls_finish_and_hands_the_run_back
     assert outcome.status == "released"  # at the turn boundary, after the batch
     assert [r.content for r in results(state)] == ["a done", "b done", "c done"]
     assert sorted(io.tool_results) == [f"toolu_s0000_{i}" for i in range(3)]
+
+
+async def test_a_repeated_call_id_runs_once_and_the_repeat_gets_an_error_in_its_place() -> None:
+    t = Timeline()
+    turn = {
+        "tool_calls": [
+            {"name": "slow", "input": {"who": "a"}, "id": "toolu_same"},
+            call("slow", who="b"),
+            {"name": "slow", "input": {"who": "c"}, "id": "toolu_same"},
+        ]
+    }
+    outcome, state, _ = await run_agent(
+        agent(tools=["slow"]), scripted(turn, {"text": "ok"}), tools=[t.tool("slow")]
+    )
+    assert outcome.status == "succeeded"
+    assert sorted(t.started()) == ["a", "b"]  # the repeat never ran
+    got = results(state)
+    assert [b.tool_use_id for b in got] == ["toolu_same", "toolu_s0000_1", "toolu_same"]
+    assert [b.is_error for b in got] == [False, False, True]
+    assert "'toolu_same' appears more than once in this response" in got[2].content

@@ -22,11 +22,13 @@ from hango_worker.provider.types import (
     Response,
     StopReason,
     TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
     Usage,
 )
 from hango_worker.run.ratelimit import MAX_SLEEP_S, RunRateGate
 from hango_worker.service import serve
-from hango_worker.store import ratelimits, sql
+from hango_worker.store import db, ratelimits, sql
 from hango_worker.testing import OTLPReceiver
 from hango_worker.testing.fake_anthropic import FakeAnthropic, FakeRateLimit
 from hango_worker.tool.registry import Registry
@@ -132,7 +134,98 @@ async def test_a_run_that_waits_for_the_limit_says_so(
     assert limit.refused == 0 and len(limit.accepted) == 4, "the fake saw no 429"
     waited = sorted(float(r["usage"]["waiting_for_rate_limit"]) for r in rows)
     assert waited[0] == 0.0 and waited[-1] >= 1.0, waited  # the 4th waited ~1.5 s
+    assert waited[-1] < elapsed  # a wait within the drain, not a clock reading
     assert elapsed >= 1.4
     assert _sample("hango_rate_limit_wait_seconds_count", key="anthropic") - waits >= 3
     assert events and events[0].attributes["hango.rate_limit.key"] == "anthropic"
-    assert max(e.attributes["hango.rate_limit.wait_s"] for e in events) >= 1.0
+    assert 1.0 <= max(e.attributes["hango.rate_limit.wait_s"] for e in events) < elapsed
+
+
+async def _levels(pool: asyncpg.Pool, key: str) -> tuple[float, float, float]:
+    row = await pool.fetchrow(
+        "SELECT requests, input_tokens, output_tokens FROM rate_limits WHERE key = $1", key
+    )
+    return float(row["requests"]), float(row["input_tokens"]), float(row["output_tokens"])
+
+
+def _approx(*levels: float) -> Any:
+    return pytest.approx(levels, abs=2)  # the buckets refill 1 a second meanwhile
+
+
+async def test_the_gate_takes_an_estimate_then_charges_what_the_call_used(
+    pool: asyncpg.Pool,
+) -> None:
+    """Buckets of 3600 refilling 1 a second, one per model (`{model}` in the key): the
+    first call takes the request's characters / 4 (system, text, tool arguments and
+    results), the next one the previous call's input tokens; afterwards the bucket is
+    charged what the call used (cache writes count as input), and a failed call gives
+    its estimate back."""
+    key = "anthropic:claude-test"
+    await ratelimits.set_rate_limit(
+        pool,
+        key,
+        requests_per_minute=60,
+        input_tokens_per_minute=60,
+        output_tokens_per_minute=60,
+        window_s=3600,
+    )
+    await ratelimits.set_rate_limit(pool, "anthropic:other", requests_per_minute=60)
+    gate = RunRateGate(pool, "anthropic:{model}")
+    request = Request(
+        model="claude-test",
+        system=[TextBlock("s" * 40)],
+        messages=[
+            Message("user", [TextBlock("u" * 80)]),
+            Message("assistant", [ToolUseBlock("toolu_1", "look", {"q": "abc"})]),  # 12
+            Message("user", [ToolResultBlock("toolu_1", "r" * 30)]),
+        ],
+    )
+    assert await gate.before(request, asyncio.Event()) == 0.0
+    assert await _levels(pool, key) == _approx(3599, 3600 - 40, 3600)  # 162 characters
+    usage = Usage(input_tokens=100, output_tokens=20, cache_creation_input_tokens=5)
+    await gate.after(request, Response(request.messages[0], StopReason.END_TURN, usage), None)
+    assert await _levels(pool, key) == _approx(3599, 3600 - 105, 3600 - 20)
+    await gate.before(request, asyncio.Event())  # the estimate: the last call's 105
+    assert await _levels(pool, key) == _approx(3598, 3600 - 210, 3580)
+    failed = ModelError("api_error", "overloaded", retryable=True, status=529)
+    await gate.after(request, None, failed)  # nothing used: the 105 come back
+    assert await _levels(pool, key) == _approx(3598, 3600 - 105, 3580)
+    level = await pool.fetchval("SELECT requests FROM rate_limits WHERE key = 'anthropic:other'")
+    assert level == 60.0  # another model's bucket untouched (full: a minute of 60)
+
+
+async def test_a_429_without_retry_after_pauses_a_second_and_bad_headers_are_ignored(
+    pool: asyncpg.Pool,
+) -> None:
+    await ratelimits.set_rate_limit(
+        pool, "k", requests_per_minute=60, output_tokens_per_minute=60, window_s=3600
+    )
+    gate = RunRateGate(pool, "k")
+    resp = Response(Message("assistant", [TextBlock("ok")]), StopReason.END_TURN, Usage(10, 5))
+    resp.rate_limit_headers = {
+        "anthropic-ratelimit-requests-remaining": "many",
+        "anthropic-ratelimit-output-tokens-remaining": "7",
+    }
+    await gate.after(_request(), resp, None)
+    requests, _, output = await _levels(pool, "k")
+    assert (requests, output) == _approx(3600, 7)  # "many" is no number: not followed
+    err = ModelError("rate_limit_error", "slow down", retryable=True, status=429)
+    await gate.after(_request(), None, err)
+    requests, _, _ = await _levels(pool, "k")
+    assert requests == 0  # a 429: none left, whatever the bucket thought
+    await ratelimits.set_rate_limit(pool, "k", requests_per_minute=6000)  # room again
+    ok, wait = await _take(pool, "k")
+    assert not ok and 0.5 < wait <= 1.0  # the default pause of one second
+
+
+async def test_the_call_goes_ahead_when_the_database_is_unreachable(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    # a bucket that never holds a whole request: reachable, it would refuse every call
+    await ratelimits.set_rate_limit(pool, "k", requests_per_minute=60, window_s=0.001)
+    assert not (await _take(pool, "k"))[0]
+    closed = await db.create_pool(dsn, min_size=1, max_size=1)
+    await closed.close()
+    gate = RunRateGate(closed, "k")
+    assert await gate.before(_request(), asyncio.Event()) == 0.0  # not refused, no wait
+    await gate.after(_request(), None, None)  # nothing raised

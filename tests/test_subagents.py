@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from hango_worker.provider.types import (
     Message,
@@ -93,6 +94,7 @@ async def test_three_children_run_at_once_and_the_parent_waits_holding_nothing(
     await agents(pool)
     parent = await enqueue(pool, "split it", agent="boss")
     model = TreeModel(tasks("a", "b", "c"), child_s=1.0)
+    suspended = REGISTRY.get_sample_value("hango_runs_suspended_total", {"reason": "children"})
     worker = asyncio.create_task(run_until_idle(dsn, model, worker_concurrency=4))
     running = "SELECT count(*) FROM runs WHERE parent_run_id = $1 AND status = 'running'"
     status = "SELECT status FROM runs WHERE id = $1"
@@ -104,6 +106,10 @@ async def test_three_children_run_at_once_and_the_parent_waits_holding_nothing(
     row = await pool.fetchrow("SELECT status, lease_owner FROM runs WHERE id = $1", parent)
     assert (row["status"], row["lease_owner"]) == ("waiting", None)
     assert await pool.fetchval(running, parent) == 3
+    waiting = await pool.fetchval("SELECT waiting_for FROM runs WHERE id = $1", parent)
+    assert waiting == {"reason": "children", "not_started": ["toolu_t0", "toolu_t1", "toolu_t2"]}
+    after = REGISTRY.get_sample_value("hango_runs_suspended_total", {"reason": "children"})
+    assert (after or 0) - (suspended or 0) == 1
     await worker
     run = await details(pool, parent)
     assert run["status"] == "succeeded", run["error"]

@@ -135,7 +135,7 @@ class RunRateGate:
             metrics.RATE_LIMITED_CALLS.labels(key).inc()
             retry_after = error.retry_after_s if error.retry_after_s is not None else 1.0
         else:
-            used_in = self.estimate  # nothing consumed: give the estimate back
+            used_in = 0  # nothing consumed: give the estimate back
         args: list[Any] = [key, float(used_in - self.estimate), float(used_out)]
         args += [_header_float(headers, f"anthropic-ratelimit-{n}-remaining") for n in _NAMES]
         if retry_after is not None:
