@@ -180,15 +180,15 @@ async def test_the_gate_takes_an_estimate_then_charges_what_the_call_used(
             Message("user", [ToolResultBlock("toolu_1", "r" * 30)]),
         ],
     )
-    assert await gate.before(request, asyncio.Event()) == 0.0
+    assert await gate.take(request) == 0.0
     assert await _levels(pool, key) == _approx(3599, 3600 - 40, 3600)  # 162 characters
     usage = Usage(input_tokens=100, output_tokens=20, cache_creation_input_tokens=5)
-    await gate.after(request, Response(request.messages[0], StopReason.END_TURN, usage), None)
+    await gate.settle(request, Response(request.messages[0], StopReason.END_TURN, usage), None)
     assert await _levels(pool, key) == _approx(3599, 3600 - 105, 3600 - 20)
-    await gate.before(request, asyncio.Event())  # the estimate: the last call's 105
+    await gate.take(request)  # the estimate: the last call's 105
     assert await _levels(pool, key) == _approx(3598, 3600 - 210, 3580)
     failed = ModelError("api_error", "overloaded", retryable=True, status=529)
-    await gate.after(request, None, failed)  # nothing used: the 105 come back
+    await gate.settle(request, None, failed)  # nothing used: the 105 come back
     assert await _levels(pool, key) == _approx(3598, 3600 - 105, 3580)
     level = await pool.fetchval("SELECT requests FROM rate_limits WHERE key = 'anthropic:other'")
     assert level == 60.0  # another model's bucket untouched (full: a minute of 60)
@@ -206,11 +206,11 @@ async def test_a_429_without_retry_after_pauses_a_second_and_bad_headers_are_ign
         "anthropic-ratelimit-requests-remaining": "many",
         "anthropic-ratelimit-output-tokens-remaining": "7",
     }
-    await gate.after(_request(), resp, None)
+    await gate.settle(_request(), resp, None)
     requests, _, output = await _levels(pool, "k")
     assert (requests, output) == _approx(3600, 7)  # "many" is no number: not followed
     err = ModelError("rate_limit_error", "slow down", retryable=True, status=429)
-    await gate.after(_request(), None, err)
+    await gate.settle(_request(), None, err)
     requests, _, _ = await _levels(pool, "k")
     assert requests == 0  # a 429: none left, whatever the bucket thought
     await ratelimits.set_rate_limit(pool, "k", requests_per_minute=6000)  # room again
@@ -221,11 +221,12 @@ async def test_a_429_without_retry_after_pauses_a_second_and_bad_headers_are_ign
 async def test_the_call_goes_ahead_when_the_database_is_unreachable(
     pool: asyncpg.Pool, dsn: str
 ) -> None:
-    # a bucket that never holds a whole request: reachable, it would refuse every call
-    await ratelimits.set_rate_limit(pool, "k", requests_per_minute=60, window_s=0.001)
+    # an empty bucket: reachable, it would refuse the call
+    await ratelimits.set_rate_limit(pool, "k", requests_per_minute=60, window_s=3600)
+    await pool.execute("UPDATE rate_limits SET requests = 0 WHERE key = 'k'")
     assert not (await _take(pool, "k"))[0]
     closed = await db.create_pool(dsn, min_size=1, max_size=1)
     await closed.close()
     gate = RunRateGate(closed, "k")
-    assert await gate.before(_request(), asyncio.Event()) == 0.0  # not refused, no wait
-    await gate.after(_request(), None, None)  # nothing raised
+    assert await gate.take(_request()) == 0.0  # not refused, no wait
+    await gate.settle(_request(), None, None)  # nothing raised
