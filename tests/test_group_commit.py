@@ -210,25 +210,28 @@ async def test_a_lost_connection_reaches_every_run_of_the_batch_and_each_retries
 async def test_a_group_commit_cancelled_at_shutdown_leaves_no_write_waiting(
     pool: asyncpg.Pool,
 ) -> None:
-    """The writer task cancelled (the event loop shutting down) mid-commit: the write in
-    flight and the writes queued behind it each end with CancelledError — none is told
-    it committed, none waits forever — and the next write starts afresh."""
+    """A lone write's own task cancelled mid-write ends only that write, and the writes
+    queued behind it still go; the writer task cancelled (the event loop shutting down)
+    mid-commit: every write of its batch ends with CancelledError — none is told it
+    committed, none waits forever — and the next write starts afresh."""
     gc = GroupCommit(pool)
-    in_flight = asyncio.ensure_future(gc.fetchrow("SELECT pg_sleep(3) IS NULL AS fenced"))
-    await asyncio.sleep(0)  # the first write goes at once, alone
-    queued = [asyncio.ensure_future(gc.fetchrow("SELECT 1 AS fenced")) for _ in range(2)]
+
+    async def running(prefix: str) -> None:
+        q = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE $1 AND state = 'active'"
+        while await pool.fetchval(q, prefix + "%") == 0:
+            await asyncio.sleep(0.01)
+
+    lone = asyncio.ensure_future(gc.fetchrow("SELECT pg_sleep(3) IS NULL AS fenced"))
+    await asyncio.sleep(0)  # the first write goes at once, alone, from its own task
+    queued = [
+        asyncio.ensure_future(gc.fetchrow("SELECT pg_sleep(4) IS NULL AS fenced")) for _ in range(2)
+    ]
+    await running("SELECT pg_sleep(3)")
+    lone.cancel()
+    await running("SELECT pg_sleep(4)")  # the queue moved on: its batch is committing
     (writer,) = [t for t in asyncio.all_tasks() if t.get_name() == "hango-group-commit"]
-    while (
-        await pool.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(3)%'"
-        )
-        == 0
-    ):
-        await asyncio.sleep(0.01)  # the first write's statement is running
     writer.cancel()
-    done = await asyncio.wait_for(
-        asyncio.gather(in_flight, *queued, return_exceptions=True), timeout=10
-    )
+    done = await asyncio.wait_for(asyncio.gather(lone, *queued, return_exceptions=True), timeout=10)
     assert [type(r) for r in done] == [asyncio.CancelledError] * 3
     row = await asyncio.wait_for(gc.fetchrow("SELECT 7 AS fenced"), timeout=10)
     assert row["fenced"] == 7
