@@ -9,7 +9,7 @@ import asyncpg
 
 from hango_worker.run.execute import LoadError, load
 from hango_worker.run.io import Claim
-from hango_worker.store import sql
+from hango_worker.store import db, sql
 from tests.worker_helpers import enqueue, make_agent
 
 WORKER = "load-worker"
@@ -120,3 +120,37 @@ async def test_an_updated_agent_is_read_again_and_an_unchanged_one_is_not(
     await enqueue(pool, "three")
     a3 = (await load(pool, await _claim(pool))).agent
     assert a3.system == ["Be thorough."] and a1.system == ["Be brief."]
+
+
+async def test_the_claim_brings_the_start_so_a_new_run_loads_without_another_round_trip(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    await make_agent(pool)
+    await enqueue(pool, "hello")
+    c = await _claim(pool)
+    assert c.start is not None  # sql.CLAIM returned the run's start with the run
+    closed = await db.create_pool(dsn, min_size=1, max_size=1)
+    await closed.close()  # any statement on it would raise
+    loaded = await load(closed, c)
+    assert loaded.messages[0].content[0].text == "hello"  # type: ignore[union-attr]
+    assert loaded.agent.name == "agent" and c.start is None  # read once
+
+
+async def test_a_claim_of_a_run_whose_agent_is_not_its_tenants_fails_that_run_clearly(
+    pool: asyncpg.Pool,
+) -> None:
+    await make_agent(pool)
+    run = await enqueue(pool, "hello")
+    other = await pool.fetchval(
+        "INSERT INTO tenants (id, name) VALUES (gen_random_uuid(), 'other-load') RETURNING id::text"
+    )
+    # a row made inconsistent by hand: the agent now belongs to another tenant
+    await pool.execute("UPDATE agents SET tenant_id = $1", other)
+    c = await _claim(pool)
+    assert c.run_id == run and c.start is not None and c.start["agent_row"] is None
+    try:
+        await load(pool, c)
+    except LoadError as e:
+        assert e.error["type"] == "agent_not_found" and run in e.error["message"]
+    else:
+        raise AssertionError("a run whose agent cannot be read must fail its load")

@@ -75,12 +75,15 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
     LoadError naming it (invalid_input, invalid_agent, invalid_history, …)."""
     if c.invalid is not None:
         raise LoadError(c.invalid["type"], c.invalid["message"])
-    ctx = await pool.fetchrow(sql.LOAD_RUN, c.run_id, c.session_id, c.agent_id, c.tenant_id)
+    ctx = c.start
+    c.start = None  # read once
     if ctx is None:
+        ctx = await pool.fetchrow(sql.LOAD_RUN, c.run_id, c.session_id, c.agent_id, c.tenant_id)
+    if ctx is None or ctx["agent_row"] is None:
         raise LoadError(
             ErrorType.AGENT_NOT_FOUND, f"agent {c.agent_id} of run {c.run_id} does not exist"
         )
-    agent = _agent(dict(ctx))
+    agent = _agent(ctx)
     rows = [_Row(*r) for r in zip(ctx["seqs"], ctx["roles"], ctx["contents"], strict=True)]
     messages = _messages(rows)
     persisted = len(messages)
@@ -155,11 +158,12 @@ _AGENTS: dict[tuple[str, str], AgentSpec] = {}
 MAX_CACHED_AGENTS = 1024
 
 
-def _agent(row: dict[str, Any]) -> AgentSpec:
-    key = (str(row["id"]), str(row["version"]))
+def _agent(ctx: Any) -> AgentSpec:
+    key = (str(ctx["agent_row"]), str(ctx["version"]))
     found = _AGENTS.get(key)
     if found is None:
-        found = _parse_agent(row)
+        row = {k: ctx[k] for k in ("name", "model", "system", "tools", "config")}
+        found = _parse_agent({"id": ctx["agent_row"], **row})
         if len(_AGENTS) >= MAX_CACHED_AGENTS:
             _AGENTS.clear()
         _AGENTS[key] = found

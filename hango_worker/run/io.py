@@ -75,6 +75,9 @@ class Claim:
     parent_run_id: str | None = None  # a child run (subagent): the run that made it
     # set when the row cannot be decoded: the run is failed with it at once
     invalid: dict[str, str] | None = None
+    # what sql.LOAD_RUN reads, when the claim brought it (sql.CLAIM does): run/execute.py
+    # `load` then reads nothing more for a new run
+    start: Any = None
 
     @classmethod
     def from_record(cls, r: Any) -> Claim:
@@ -93,6 +96,7 @@ class Claim:
             started_s=float(r["started_s"] or 0.0),
             depth=int(r["depth"] or 0),
             parent_run_id=r["parent_run_id"],
+            start=r if "loaded" in r else None,
         )
         try:
             c.input = decode_json(r["input"], "runs.input")

@@ -22,6 +22,7 @@ DONE_CHANNEL = "hango_done"
 # named here like every other hot-path statement.
 from hango_worker.store.sql_claim import ATTEMPT_LIMIT as ATTEMPT_LIMIT  # noqa: E402
 from hango_worker.store.sql_claim import CLAIM as CLAIM  # noqa: E402
+from hango_worker.store.sql_claim import LOAD_RUN as LOAD_RUN  # noqa: E402
 from hango_worker.store.sql_claim import RATE_RESET as RATE_RESET  # noqa: E402
 from hango_worker.store.sql_claim import RATE_SETTLE as RATE_SETTLE  # noqa: E402
 from hango_worker.store.sql_claim import RATE_TAKE as RATE_TAKE  # noqa: E402
@@ -32,29 +33,6 @@ UNCLAIM = """
 UPDATE runs SET status = 'queued', attempt = attempt - 1,
     lease_owner = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
-"""
-
-# Everything a run attempt reads to start, in one statement (one round trip): its agent,
-# its session's history (as three arrays, in seq order) and the counters derived from
-# it (the run's own messages are in its session: one scan of the session's messages),
-# and the run's last event seq. No row: the agent is gone (or not the run's tenant's).
-# `version` (the agent row's xmin) changes with every update of the agent: the worker
-# keeps the parsed agent per (id, version).
-LOAD_RUN = """
-SELECT a.id::text AS id, a.xmin::text AS version, a.name, a.model, a.system::text AS system,
-    a.tools, a.config::text AS config, m.last_seq, m.turns_done, m.run_messages,
-    m.seqs, m.roles, m.contents,
-    (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = $1) AS last_event_seq
-FROM agents a, LATERAL (
-    SELECT coalesce(max(seq), 0) AS last_seq,
-        count(*) FILTER (WHERE run_id = $1 AND role = 'assistant') AS turns_done,
-        count(*) FILTER (WHERE run_id = $1) AS run_messages,
-        coalesce(array_agg(seq ORDER BY seq), '{}') AS seqs,
-        coalesce(array_agg(role ORDER BY seq), '{}') AS roles,
-        coalesce(array_agg(content::text ORDER BY seq), '{}') AS contents
-    FROM messages WHERE session_id = $2
-) m
-WHERE a.id = $3 AND a.tenant_id = $4
 """
 
 # The results recorded for the calls of one assistant message (the pending turn).

@@ -9,6 +9,30 @@ rate limit, run/ratelimit.py). See docs/operations.md "Tenants, fairness and lim
 # claim for everyone); the sweep fails such a run with `invalid_row` instead.
 ATTEMPT_LIMIT = 1_000_000_000
 
+# Everything a run attempt reads to start (run/execute.py `load`): its agent, its
+# session's history (as three arrays, in seq order) and the counters derived from it
+# (the run's own messages are in its session: one scan of the session's messages), and
+# the run's last event seq. No agent row (all NULL, or no row from LOAD_RUN): the agent
+# is gone (or not the run's tenant's). `version` (the agent row's xmin) changes with
+# every update of the agent: the worker keeps the parsed agent per (id, version).
+# CLAIM returns it with each run it claims (one round trip for claim and load; the
+# run is leased by then, so nothing else writes its session's messages).
+_LOAD = """
+SELECT a.id::text AS agent_row, a.xmin::text AS version, a.name, a.model,
+    a.system::text AS system, a.tools, a.config::text AS config, m.last_seq, m.turns_done,
+    m.run_messages, m.seqs, m.roles, m.contents,
+    (SELECT coalesce(max(seq), 0) FROM run_events e WHERE e.run_id = {run}) AS last_event_seq
+FROM agents a, LATERAL (
+    SELECT coalesce(max(seq), 0) AS last_seq,
+        count(*) FILTER (WHERE run_id = {run} AND role = 'assistant') AS turns_done,
+        count(*) FILTER (WHERE run_id = {run}) AS run_messages,
+        coalesce(array_agg(seq ORDER BY seq), '{{}}') AS seqs,
+        coalesce(array_agg(role ORDER BY seq), '{{}}') AS roles,
+        coalesce(array_agg(content::text ORDER BY seq), '{{}}') AS contents
+    FROM messages WHERE session_id = {session}
+) m
+WHERE a.id = {agent} AND a.tenant_id = {tenant}"""
+
 # jsonb comes back as text and is decoded per row in Python (run/io.py:Claim):
 # a row that cannot be decoded must fail its own run, not the whole batch.
 #
@@ -41,6 +65,9 @@ _NEXT_TENANT = (
 )
 _FIRST_TENANT = (
     "(SELECT q.tenant_id FROM runs q WHERE q.status = 'queued' ORDER BY q.tenant_id LIMIT 1)"
+)
+_CLAIMED_LOAD = _LOAD.format(
+    run="k.id", session="k.session_id", agent="k.agent_id", tenant="k.tenant_id"
 )
 CLAIM = f"""
 WITH RECURSIVE start AS MATERIALIZED (
@@ -98,17 +125,28 @@ WITH RECURSIVE start AS MATERIALIZED (
     SELECT id FROM ranked WHERE agent_rank <= agent_free
     ORDER BY (tenant_rank - 1)::float8 / weight, head_at, tenant_rank
     LIMIT $2
+), claimed AS (
+    UPDATE runs SET status = 'running', attempt = runs.attempt + 1, lease_owner = $1,
+        lease_expires_at = now() + make_interval(secs => $3),
+        started_at = coalesce(started_at, now())
+    FROM picked WHERE runs.id = picked.id
+    RETURNING runs.id, runs.tenant_id, runs.session_id, runs.agent_id,
+        runs.input::text AS input, runs.state_json::text AS state_json, runs.attempt,
+        runs.trace_parent, runs.cancel_requested, runs.usage::text AS usage,
+        runs.waiting_for::text AS waiting_for, runs.depth,
+        runs.parent_run_id::text AS parent_run_id,
+        greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s,
+        extract(epoch FROM runs.started_at)::float8 AS started_s
 )
-UPDATE runs SET status = 'running', attempt = runs.attempt + 1, lease_owner = $1,
-    lease_expires_at = now() + make_interval(secs => $3), started_at = coalesce(started_at, now())
-FROM picked WHERE runs.id = picked.id
-RETURNING runs.id::text, runs.tenant_id::text, runs.session_id::text, runs.agent_id::text,
-    runs.input::text AS input, runs.state_json::text AS state_json, runs.attempt,
-    runs.trace_parent, runs.cancel_requested, runs.usage::text AS usage,
-    runs.waiting_for::text AS waiting_for, runs.depth, runs.parent_run_id::text AS parent_run_id,
-    greatest(extract(epoch FROM now() - runs.queued_at), 0)::float8 AS queued_s,
-    extract(epoch FROM runs.started_at)::float8 AS started_s
+SELECT k.id::text, k.tenant_id::text, k.session_id::text, k.agent_id::text, k.input,
+    k.state_json, k.attempt, k.trace_parent, k.cancel_requested, k.usage, k.waiting_for,
+    k.depth, k.parent_run_id, k.queued_s, k.started_s, true AS loaded, ld.*
+FROM claimed k LEFT JOIN LATERAL ({_CLAIMED_LOAD}) ld ON true
 """
+
+# A claimed run's start, when the claim did not bring it (a test's own claim, say):
+# sql.LOAD_RUN on its own.
+LOAD_RUN = _LOAD.format(run="$1", session="$2", agent="$3", tenant="$4")
 
 # -- tenants and fleet-wide model rate limits (run/ratelimit.py; docs/operations.md
 # "Tenants, fairness and limits") --------------------------------------------------------
