@@ -15,8 +15,7 @@ from hango_worker.agent.state import State
 from hango_worker.provider.types import Message, TextBlock
 from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer
-from hango_worker.store import sql
-from tests.worker_helpers import enqueue, make_agent
+from tests.worker_helpers import enqueue_and_claim
 
 WORKER = "gc-worker"
 
@@ -33,12 +32,7 @@ def _splits() -> float:
 
 
 async def _claimed(pool: asyncpg.Pool, n: int) -> list[Claim]:
-    await make_agent(pool)
-    for i in range(n):
-        await enqueue(pool, f"run {i}")
-    rows = await pool.fetch(sql.CLAIM, WORKER, n, 30.0)
-    assert len(rows) == n
-    return [Claim.from_record(r) for r in rows]
+    return [Claim.from_record(r) for r in await enqueue_and_claim(pool, n, WORKER)]
 
 
 def _io(pool: asyncpg.Pool, c: Claim, writer: Writer, message_seq: int = 1) -> PgRunIO:

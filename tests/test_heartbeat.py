@@ -8,18 +8,13 @@ import asyncio
 import asyncpg
 
 from hango_worker.store import sql
-from tests.worker_helpers import enqueue, make_agent
+from tests.worker_helpers import enqueue_and_claim
 
 WORKER = "hb-worker"
 
 
 async def _claimed(pool: asyncpg.Pool, n: int) -> list[str]:
-    await make_agent(pool)
-    for i in range(n):
-        await enqueue(pool, f"run {i}")
-    rows = await pool.fetch(sql.CLAIM, WORKER, n, 5.0)
-    assert len(rows) == n
-    return sorted(str(r["id"]) for r in rows)
+    return sorted(str(r["id"]) for r in await enqueue_and_claim(pool, n, WORKER, 5.0))
 
 
 async def test_it_renews_held_leases_only_and_reports_cancels(pool: asyncpg.Pool) -> None:

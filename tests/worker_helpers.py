@@ -11,7 +11,7 @@ from hango_worker.config import Settings, load_settings
 from hango_worker.provider.types import Provider
 from hango_worker.run.worker import WorkerStats
 from hango_worker.service import serve
-from hango_worker.store import repo
+from hango_worker.store import repo, sql
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool
 
@@ -53,6 +53,18 @@ async def enqueue(
         pool, tenant_id=repo.DEFAULT_TENANT_ID, agent=agent, input_text=text, session_id=session_id
     )
     return ids["run_id"]
+
+
+async def enqueue_and_claim(
+    pool: asyncpg.Pool, n: int, worker: str, lease_s: float = 30.0
+) -> list[asyncpg.Record]:
+    """`n` runs of a new agent, enqueued and claimed at once by `worker` (sql.CLAIM)."""
+    await make_agent(pool)
+    for i in range(n):
+        await enqueue(pool, f"run {i}")
+    rows = await pool.fetch(sql.CLAIM, worker, n, lease_s)
+    assert len(rows) == n
+    return list(rows)
 
 
 async def run_until_idle(

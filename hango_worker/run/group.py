@@ -23,7 +23,6 @@ See docs/scaling.md ("Group commit").
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -139,9 +138,3 @@ class GroupCommit:
             _settle(w, error=e)
         else:
             _settle(w, row)
-
-    async def close(self) -> None:
-        """Wait for the writes handed over so far (shutdown)."""
-        if self._flusher is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._flusher

@@ -96,7 +96,7 @@ class Claim:
             started_s=float(r["started_s"] or 0.0),
             depth=int(r["depth"] or 0),
             parent_run_id=r["parent_run_id"],
-            start=r if "loaded" in r else None,
+            start=r if "agent_row" in r else None,
         )
         try:
             c.input = decode_json(r["input"], "runs.input")

@@ -140,7 +140,7 @@ WITH RECURSIVE start AS MATERIALIZED (
 )
 SELECT k.id::text, k.tenant_id::text, k.session_id::text, k.agent_id::text, k.input,
     k.state_json, k.attempt, k.trace_parent, k.cancel_requested, k.usage, k.waiting_for,
-    k.depth, k.parent_run_id, k.queued_s, k.started_s, true AS loaded, ld.*
+    k.depth, k.parent_run_id, k.queued_s, k.started_s, ld.*
 FROM claimed k LEFT JOIN LATERAL ({_CLAIMED_LOAD}) ld ON true
 """
 
