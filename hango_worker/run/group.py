@@ -12,6 +12,9 @@ run-id order, in one transaction: one commit, one WAL flush (fsync) for all of t
 - **Adaptive window**: no timer. A write that finds no commit in flight goes at once, on
   its own (one round trip, as without group commit); the batch grows only while a commit
   is in flight, i.e. with load.
+- **One statement for the checkpoints**: the checkpoints of several runs in a batch go
+  as one `sql.CHECKPOINT_MANY` (one round trip, one executor start), each run still
+  fenced and reported on its own row; other writes go beside it in the transaction.
 - **Errors**: a statement error rolls the whole transaction back, so nothing of the batch
   is written; each write is then sent again in a transaction of its own, and only the
   faulty one gets the error. A connection error reaches every run of the batch, and each
@@ -23,6 +26,7 @@ See docs/scaling.md ("Group commit").
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +34,7 @@ from typing import Any
 import asyncpg
 
 from hango_worker.run.io import CONNECTION_ERRORS
+from hango_worker.store import sql
 from hango_worker.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -113,9 +118,18 @@ class GroupCommit:
         # one lock order for every transaction that locks several runs rows (the
         # heartbeat's UPDATE walks runs_pkey): no deadlock between them
         batch.sort(key=lambda w: str(w.args[0]) if w.args else "")
+        merged, rest = _mergeable(batch)
         try:
-            async with self.pool.acquire() as con, con.transaction():
-                rows = [await con.fetchrow(w.query, *w.args) for w in batch]
+            if merged and not rest:  # the checkpoints only: one statement, autocommit
+                rows = await self.pool.fetch(sql.CHECKPOINT_MANY, *checkpoint_many_args(merged))
+                results = _by_run(merged, rows)
+            else:
+                async with self.pool.acquire() as con, con.transaction():
+                    results = []
+                    if merged:
+                        args = checkpoint_many_args(merged)
+                        results = _by_run(merged, await con.fetch(sql.CHECKPOINT_MANY, *args))
+                    results += [(w, await con.fetchrow(w.query, *w.args)) for w in rest]
         except CONNECTION_ERRORS as e:
             for w in batch:
                 _settle(w, error=e)
@@ -126,7 +140,9 @@ class GroupCommit:
             for w in batch:
                 await self._alone(w)
             return
-        for w, row in zip(batch, rows, strict=True):
+        if merged:
+            metrics.CHECKPOINTS_MERGED.inc(len(merged))
+        for w, row in results:
             _settle(w, row)
 
     async def _alone(self, w: _Write) -> None:
@@ -138,3 +154,51 @@ class GroupCommit:
             _settle(w, error=e)
         else:
             _settle(w, row)
+
+
+def _mergeable(batch: list[_Write]) -> tuple[list[_Write], list[_Write]]:
+    """The batch's checkpoints that can share one CHECKPOINT_MANY (two or more, one per
+    run), and the other writes."""
+    merged: list[_Write] = []
+    rest: list[_Write] = []
+    runs: set[Any] = set()
+    for w in batch:
+        if w.query == sql.CHECKPOINT and w.args[0] not in runs:
+            runs.add(w.args[0])
+            merged.append(w)
+        else:
+            rest.append(w)
+    if len(merged) < 2:
+        return [], batch
+    return merged, rest
+
+
+def _json(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+def checkpoint_many_args(writes: list[_Write]) -> tuple[list[Any], ...]:
+    """sql.CHECKPOINT's arguments of several runs as sql.CHECKPOINT_MANY's arrays: the
+    per-run values ($1-$10, $21) one element per run, each run's rows tagged with its id."""
+    per_run: tuple[list[Any], ...] = tuple([] for _ in range(11))
+    rows: tuple[list[Any], ...] = tuple([] for _ in range(16))
+    # (first argument, count) of each row group of CHECKPOINT: messages, events, files,
+    # states; in CHECKPOINT_MANY each group is preceded by its run-id array
+    groups = ((10, 3, 0), (13, 3, 4), (16, 4, 8), (21, 2, 13))
+    for w in writes:
+        a = w.args
+        run = a[0]
+        for i, v in enumerate((*a[:10], a[20])):
+            per_run[i].append(_json(v) if i in (3, 6, 7, 10) else v)
+        for first, width, out in groups:
+            n = len(a[first])
+            rows[out].extend([run] * n)
+            for k in range(width):
+                rows[out + 1 + k].extend(a[first + k])
+    return per_run + rows
+
+
+def _by_run(writes: list[_Write], rows: list[Any]) -> list[tuple[_Write, Any]]:
+    """Each write with its run's row of CHECKPOINT_MANY ({fenced, cancel})."""
+    found = {r["id"]: r for r in rows}
+    return [(w, found.get(str(w.args[0]))) for w in writes]

@@ -110,6 +110,10 @@ CHECKPOINT_BATCH = Histogram(
     "Fenced writes (checkpoints, finishes, tool results) per group commit: one transaction.",
     buckets=[1, 2, 4, 8, 16, 32, 64],
 )
+CHECKPOINTS_MERGED = Counter(
+    "hango_checkpoints_merged_total",
+    "Checkpoints that shared one statement with other runs' in a group commit.",
+)
 GROUP_COMMIT_SPLITS = Counter(
     "hango_group_commit_splits_total",
     "Group commits rolled back by one statement's error and sent again one write each.",
