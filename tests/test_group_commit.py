@@ -4,14 +4,16 @@ each run still fenced alone, each resumed only after the shared commit."""
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
+from typing import Any
 
 import asyncpg
 from prometheus_client import REGISTRY
 
-from hango_worker.agent.ports import Event, Fenced
-from hango_worker.agent.state import State
+from hango_worker.agent.ports import Event, Fenced, Outcome
+from hango_worker.agent.state import FileWrite, State, Todo
 from hango_worker.provider.types import Message, TextBlock
 from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer
@@ -229,3 +231,76 @@ async def test_a_group_commit_cancelled_at_shutdown_leaves_no_write_waiting(
     assert [type(r) for r in done] == [asyncio.CancelledError] * 3
     row = await asyncio.wait_for(gc.fetchrow("SELECT 7 AS fenced"), timeout=10)
     assert row["fenced"] == 7
+
+
+def _merged() -> float:
+    return REGISTRY.get_sample_value("hango_checkpoints_merged_total") or 0.0
+
+
+async def _write(io: PgRunIO, n: int, outcome: Outcome | None) -> None:
+    """A checkpoint of n messages, n + 1 events, n files and n kept states."""
+    x = io.claim
+    st = State(x.run_id, x.session_id, x.agent_id, x.tenant_id)
+    st.todos = [Todo(content=f"todo of {x.run_id}", status="pending")]
+    st.file_writes = [FileWrite(f"/f{i}", f"{x.run_id} {i}", 5) for i in range(n)]
+    msgs = [Message("user", [TextBlock(f"{x.run_id} m{i}")]) for i in range(n)]
+    events = [Event("e", {"run": x.run_id, "i": i}) for i in range(n + 1)]
+    states = [(t, json.dumps({"run": x.run_id, "turn": t})) for t in range(n)]
+    await io.checkpoint(st, msgs, events, outcome, None, states)
+
+
+async def _rows_of(pool: asyncpg.Pool, x: Claim) -> dict[str, Any]:
+    q = {
+        "events": "SELECT seq, payload->>'run' AS run, worker_id, attempt FROM run_events "
+        "WHERE run_id = $1 ORDER BY seq",
+        "files": "SELECT path, content FROM run_files WHERE run_id = $1 ORDER BY path",
+        "states": "SELECT turn, state_json->>'run' AS run FROM run_states WHERE run_id = $1 "
+        "ORDER BY turn",
+        "run": "SELECT status, lease_owner, finished_at IS NOT NULL AS finished, "
+        "state_json->'todos'->0->>'content' AS todo FROM runs WHERE id = $1",
+    }
+    return {k: [tuple(r.values()) for r in await pool.fetch(v, x.run_id)] for k, v in q.items()}
+
+
+async def test_checkpoints_of_a_batch_share_one_statement_each_run_getting_its_own_rows(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """Runs with different numbers of messages, events, files and kept states, one run
+    finishing (succeeded) and two still running, checkpointed in one merged statement:
+    every row lands on its own run, only the finished run is notified on hango_done."""
+    claims = await _claimed(pool, 3)
+    gc = GroupCommit(pool)
+    done: list[str] = []
+    listener = await asyncpg.connect(dsn)
+    try:
+        await listener.add_listener("hango_done", lambda *args: done.append(args[3]))
+        held = await _hold(gc)
+        merged, before = _merged(), _batches()
+        outcomes = [None, Outcome("succeeded"), None]
+        await asyncio.gather(
+            *(
+                _write(_io(pool, x, gc), i + 1, o)
+                for i, (x, o) in enumerate(zip(claims, outcomes, strict=True))
+            )
+        )
+        await held
+        after = _batches()
+        for _ in range(100):
+            if done:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await listener.close()
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
+    assert _merged() == merged + 3
+    assert await _xids(pool, [x.run_id for x in claims]) == 1
+    for n, (x, o) in enumerate(zip(claims, outcomes, strict=True), start=1):
+        rid = x.run_id
+        assert await _texts(pool, rid) == [f"{rid} m{i}" for i in range(n)]
+        got = await _rows_of(pool, x)
+        assert got["events"] == [(i + 1, rid, WORKER, x.attempt) for i in range(n + 1)]
+        assert got["files"] == [(f"/f{i}", f"{rid} {i}") for i in range(n)]
+        assert got["states"] == [(t, rid) for t in range(n)]
+        run = ("succeeded", None, True) if o else ("running", WORKER, False)
+        assert got["run"] == [(*run, f"todo of {rid}")]
+    assert done == [claims[1].run_id]

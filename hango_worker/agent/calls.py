@@ -15,9 +15,9 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from hango_worker.agent.control import RateGate, RunCancelled, RunControl
+from hango_worker.agent.control import CancelEvent, RateGate, RunCancelled, RunControl
 from hango_worker.agent.middleware import ModelResponse
 from hango_worker.provider.types import ModelError, Provider, Request, TextSink
 from hango_worker.telemetry import genai
@@ -32,9 +32,40 @@ async def until_cancelled(call: Awaitable[T], cancel: asyncio.Event) -> T:
     """Await `call`, but stop it as soon as `cancel` is set (a short grace to unwind,
     then abandoned: `tool.types.stop_task`) and raise RunCancelled."""
     task = asyncio.ensure_future(call)
-    waiter = asyncio.ensure_future(cancel.wait())
+    if not isinstance(cancel, CancelEvent):
+        return await _race_event(task, cancel)
+    # one future woken by whichever comes first: no task waiting on the event, no
+    # asyncio.wait (a model call is raced on every turn)
+    woken = asyncio.get_running_loop().create_future()
+
+    def wake(*_: object) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    task.add_done_callback(wake)
+    cancel.callbacks.append(wake)
+    if cancel.is_set():
+        wake()
     try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        await woken
+    except asyncio.CancelledError:
+        await stop_task(task)
+        raise
+    finally:
+        cancel.callbacks.remove(wake)
+        task.remove_done_callback(wake)
+    if task.done():
+        return task.result()
+    await stop_task(task)
+    raise RunCancelled()
+
+
+async def _race_event(task: asyncio.Future[T], cancel: asyncio.Event) -> T:
+    """until_cancelled against a plain asyncio.Event: a task waits on it."""
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(cancel.wait())
+    both: set[asyncio.Future[Any]] = {task, waiter}
+    try:
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         await stop_task(task)
         raise

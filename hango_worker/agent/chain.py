@@ -50,6 +50,9 @@ _CAPABILITIES = (ModelWrapper, ToolWrapper, RunHook, ToolProvider, PromptContrib
 # isinstance against runtime_checkable protocols is slow (it inspects the class every
 # time); a middleware class's capabilities never change, so they are looked up once.
 _capability_cache: dict[type, tuple[bool, ...]] = {}
+# A stack's partition by capability (indexes into it, per capability), by its classes:
+# built once per stack shape, not per run.
+_partition_cache: dict[tuple[type, ...], tuple[tuple[int, ...], ...]] = {}
 
 
 def capabilities(m: Middleware) -> tuple[bool, ...]:
@@ -75,10 +78,17 @@ class Chain:
             seen.add(m.name)
         self.middlewares = mws
         self.names = [m.name for m in mws]
-        caps = [capabilities(m) for m in mws]
+        shape = tuple(type(m) for m in mws)
+        parts = _partition_cache.get(shape)
+        if parts is None:
+            caps = [capabilities(m) for m in mws]
+            parts = tuple(
+                tuple(j for j, c in enumerate(caps) if c[i]) for i in range(len(_CAPABILITIES))
+            )
+            _partition_cache[shape] = parts
 
         def having(i: int) -> list[Any]:
-            return [m for m, c in zip(mws, caps, strict=True) if c[i]]
+            return [mws[j] for j in parts[i]]
 
         self.model_wrappers: list[ModelWrapper] = having(0)
         self.tool_wrappers: list[ToolWrapper] = having(1)

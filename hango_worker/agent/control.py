@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -43,9 +44,23 @@ class RateGate(Protocol):
     ) -> None: ...
 
 
+class CancelEvent(asyncio.Event):
+    """A run's cancel flag: an `asyncio.Event` that also calls back when it is set, so a
+    call raced against it (agent/calls.py: until_cancelled) needs no task waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        super().set()
+        for cb in list(self.callbacks):
+            cb()
+
+
 @dataclass(slots=True)
 class RunControl:
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = field(default_factory=CancelEvent)
     shutdown: bool = False  # hand the run back at its next turn boundary
     lost: bool = False  # another worker holds the lease: write nothing more
     max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS  # calls of one response at once

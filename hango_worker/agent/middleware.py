@@ -7,11 +7,18 @@ discovered once when the chain is built (`isinstance`), never per call.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from hango_worker.agent.state import State
-from hango_worker.provider.types import Request, Response, TextBlock, TextSink, ToolUseBlock
+from hango_worker.provider.types import (
+    Request,
+    Response,
+    TextBlock,
+    TextSink,
+    ToolUseBlock,
+    evolve,
+)
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 
 ModelResponse = Response
@@ -59,16 +66,16 @@ class ModelRequest:
     final_rewrites: tuple[RequestRewrite, ...] = ()
 
     def with_request(self, **changes: Any) -> ModelRequest:
-        return replace(self, request=replace(self.request, **changes))
+        return evolve(self, request=evolve(self.request, **changes))
 
     def rewrite_system(self, fn: SystemRewrite) -> ModelRequest:
-        return replace(self, system_rewrites=(*self.system_rewrites, fn))
+        return evolve(self, system_rewrites=(*self.system_rewrites, fn))
 
     def rewrite_final(self, fn: RequestRewrite) -> ModelRequest:
         """Rewrite the request as the provider will receive it (e.g. cache breakpoints,
         which must sit on the final tools, system and messages), with the layout of
         its assembled system blocks. Applied in order, after the system rewrites."""
-        return replace(self, final_rewrites=(*self.final_rewrites, fn))
+        return evolve(self, final_rewrites=(*self.final_rewrites, fn))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +86,7 @@ class ToolCallRequest:
     tool: Tool | None = None  # the tool the name resolves to this turn (None: unknown)
 
     def with_call(self, **changes: Any) -> ToolCallRequest:
-        return replace(self, call=replace(self.call, **changes))
+        return evolve(self, call=evolve(self.call, **changes))
 
 
 class SuspendRun(Exception):

@@ -23,7 +23,6 @@ requires longer-TTL breakpoints to come before shorter ones, which this order ke
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Literal
 
 from hango_worker.agent.middleware import (
@@ -39,6 +38,7 @@ from hango_worker.provider.types import (
     Request,
     TextBlock,
     ThinkingBlock,
+    evolve,
 )
 from hango_worker.telemetry.tracing import MW_NAME, current_turn_span
 
@@ -118,16 +118,16 @@ class PromptCache:
         tools, system, messages = request.tools, request.system, request.messages
         if tool_i >= 0:
             tools = list(tools)
-            tools[tool_i] = replace(tools[tool_i], cache_control=self.prefix_cc)
+            tools[tool_i] = evolve(tools[tool_i], cache_control=self.prefix_cc)
         if system_i >= 0:
             system = list(system)
-            system[system_i] = replace(system[system_i], cache_control=self.prefix_cc)
+            system[system_i] = evolve(system[system_i], cache_control=self.prefix_cc)
         if block_i >= 0:
             messages = list(messages)
             content = list(messages[msg_i].content)
             block = content[block_i]
             assert not isinstance(block, ThinkingBlock)  # _last_markable skips them
-            content[block_i] = replace(block, cache_control=self.message_cc)
+            content[block_i] = evolve(block, cache_control=self.message_cc)
             messages[msg_i] = Message(messages[msg_i].role, content)
         current_turn_span().add_event(
             EVENT,
@@ -140,4 +140,4 @@ class PromptCache:
                 "hango.cache.ttl": self.ttl,
             },
         )
-        return replace(request, tools=tools, system=system, messages=messages)
+        return evolve(request, tools=tools, system=system, messages=messages)

@@ -13,7 +13,6 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import asyncpg
 
@@ -148,12 +147,10 @@ class Worker:
                 return
             if claimed and claimed == free:
                 continue
-            wake = asyncio.ensure_future(self._wake.wait())
-            waiters: list[asyncio.Future[Any]] = [wake]
-            waiters += [f.task for f in self._inflight.values()]
+            # woken by new work (LISTEN), a run ending (a slot free: _execute) or the poll
             timeout = self.settings.poll_interval_s * random.uniform(0.8, 1.2)
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            wake.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
 
     async def _claim(self, n: int) -> int:
         pool = self._claim_pool or self.deps.pool
@@ -212,6 +209,7 @@ class Worker:
             if self.deps.text is not None:
                 self.deps.text.forget(c.run_id)
             f = self._inflight.pop(c.run_id, None)
+            self._wake.set()  # a slot is free: the claim loop looks again
             metrics.set_slots(len(self._inflight), self.settings.worker_concurrency)
             self._account(status, f)
 

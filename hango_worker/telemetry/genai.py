@@ -96,16 +96,39 @@ def end_chat_span(span: Span, request: Any, resp: Any, provider_name: str, start
     set_usage(span, resp.usage)
     if resp.time_to_first_chunk_s is not None:
         span.set_attribute("gen_ai.response.time_to_first_chunk", resp.time_to_first_chunk_s)
-    labels = ("chat", provider_name, request.model)
-    child = metrics.child
-    child(metrics.GENAI_DURATION, *labels, "").observe(time.perf_counter() - started)
-    child(metrics.GENAI_TOKENS, *labels, "input").observe(input_tokens(resp.usage))
-    child(metrics.GENAI_TOKENS, *labels, "output").observe(resp.usage.output_tokens)
+    duration, tokens_in, tokens_out = _chat_series(provider_name, request.model)
+    duration.observe(time.perf_counter() - started)
     u = resp.usage
-    child(metrics.MODEL_TOKENS, "input").inc(u.input_tokens)
-    child(metrics.MODEL_TOKENS, "output").inc(u.output_tokens)
-    child(metrics.MODEL_TOKENS, "cache_read").inc(u.cache_read_input_tokens)
-    child(metrics.MODEL_TOKENS, "cache_creation").inc(u.cache_creation_input_tokens)
+    tokens_in.observe(input_tokens(u))
+    tokens_out.observe(u.output_tokens)
+    for series, n in zip(
+        _TOKEN_SERIES,
+        (u.input_tokens, u.output_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens),
+        strict=True,
+    ):
+        if n:  # adding 0 changes nothing (the series exist from the start)
+            series.inc(n)
+
+
+_TOKEN_SERIES = tuple(
+    metrics.child(metrics.MODEL_TOKENS, kind)
+    for kind in ("input", "output", "cache_read", "cache_creation")
+)
+_chat_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+
+
+def _chat_series(provider_name: str, model: str) -> tuple[Any, Any, Any]:
+    """The chat call's duration and token histograms for (provider, model), looked up once."""
+    key = (provider_name, model)
+    found = _chat_children.get(key)
+    if found is None:
+        labels = ("chat", provider_name, model)
+        found = _chat_children[key] = (
+            metrics.child(metrics.GENAI_DURATION, *labels, ""),
+            metrics.child(metrics.GENAI_TOKENS, *labels, "input"),
+            metrics.child(metrics.GENAI_TOKENS, *labels, "output"),
+        )
+    return found
 
 
 def end_chat_span_error(

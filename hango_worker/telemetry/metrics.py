@@ -236,8 +236,12 @@ def error_type_label(error_type: object) -> str:
 
 def set_slots(used: int, total: int) -> None:
     RUNS_IN_FLIGHT.set(used)
-    child(WORKER_SLOTS, "used").set(used)
-    child(WORKER_SLOTS, "total").set(total)
+    _slots_used.set(used)
+    _slots_total.set(total)
+
+
+_slots_used = WORKER_SLOTS.labels("used")
+_slots_total = WORKER_SLOTS.labels("total")
 
 
 def init_tool_series(tool_names: Iterable[str]) -> None:

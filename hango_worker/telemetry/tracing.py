@@ -7,7 +7,7 @@ context variable so a wrapper deep in the onion (or a tool span) can find it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +15,6 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-from opentelemetry.util._decorator import _agnosticcontextmanager
 
 TRACER_NAME = "hango_worker"
 MW_NAME = "hango.middleware.name"
@@ -38,18 +37,40 @@ def tracing_off() -> bool:
     """No span can record: no global provider is set (the API's proxy), or it is the
     no-op one, or it says it has nothing to record to (`hango_idle`: telemetry/setup.py's
     switch between set-ups)."""
-    p = trace.get_tracer_provider()
+    # the global provider as set_tracer_provider left it; trace.get_tracer_provider()
+    # would read the environment on every call while none is set
+    p = getattr(trace, "_TRACER_PROVIDER", None)
+    if p is None:
+        p = trace.get_tracer_provider()
     if isinstance(p, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return True
     idle = getattr(p, "hango_idle", None)
     return idle is not None and bool(idle())
 
 
+class _Current:
+    """`span` current for a `with` block (tracing off): a class, not a generator."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Span, token: object | None) -> None:
+        self.span = span
+        self.token = token
+
+    def __enter__(self) -> Span:
+        return self.span
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            otel_context.detach(self.token)  # type: ignore[arg-type]
+
+
 class _Tracer(trace.Tracer):
     """The worker's tracer. With tracing off, `start_as_current_span` does what the API's
     no-op tracer does (the span is the parent's if that is a non-recording span, else
     INVALID_SPAN, current for the block) without its layers of context managers: about
-    5 % of a one-turn run's worker CPU went there (python -m bench.cpu_per_run --profile)."""
+    5 % of a one-turn run's worker CPU went there (python -m bench.cpu_per_run --profile).
+    It returns a plain context manager (used only in `with`), hence the override note."""
 
     def __init__(self, inner: trace.Tracer) -> None:
         self._inner = inner
@@ -57,24 +78,18 @@ class _Tracer(trace.Tracer):
     def start_span(self, *args: Any, **kwargs: Any) -> Span:
         return self._inner.start_span(*args, **kwargs)
 
-    @_agnosticcontextmanager
-    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Iterator[Span]:
+    def start_as_current_span(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> AbstractContextManager[Span]:
         if not tracing_off():
-            with self._inner.start_as_current_span(*args, **kwargs) as span:
-                yield span
-            return
+            return self._inner.start_as_current_span(*args, **kwargs)
         context = kwargs.get("context", args[1] if len(args) > 1 else None)
         span = trace.get_current_span(context)
         if not isinstance(span, trace.NonRecordingSpan):
             span = trace.INVALID_SPAN
         if span is trace.get_current_span():  # already current: nothing to attach
-            yield span
-            return
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            yield span
-        finally:
-            otel_context.detach(token)
+            return _Current(span, None)
+        return _Current(span, otel_context.attach(trace.set_span_in_context(span)))
 
 
 _tracer: _Tracer | None = None
