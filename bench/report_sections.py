@@ -284,8 +284,10 @@ def throughput_section(r: dict[str, Any]) -> str:
         "`PgQueuer.run()` defaults (batch size 10), a no-op entrypoint, one asyncpg "
         "connection per process. Floor: a batch claim (`FOR UPDATE SKIP LOCKED`) and one "
         "commit per job, 8 at a time per process, woken by NOTIFY. Worker CPU is the "
-        "worker processes' user+system time during the burst; Postgres CPU that of every "
-        "`postgres` process (the machine runs nothing else). The machine has "
+        "worker processes' user+system time during the burst; Postgres CPU that of the "
+        "benchmark server's processes, less the client's own poll connection (its "
+        "`count(*)` every 10 ms costs more the longer a side takes to drain: not the "
+        "side's cost). The machine has "
         f"{r['machine']['cores']} cores: a second worker process competes with Postgres "
         "for them.\n\n"
         + table(

@@ -183,15 +183,18 @@ async def burst(side_key: str, dsn: str, n_procs: int, jobs: int) -> dict[str, f
         for _ in range(n_procs):
             await side.start(procs)
         await _ready(side, conn, procs, n_procs)
+        poll = [int(await conn.fetchval("SELECT pg_backend_pid()"))]  # the poll's backend
         cpu0, pg0 = cpu_seconds(procs.pids), postgres_cpu_seconds()
-        await side.enqueue(conn, jobs)
+        await side.enqueue(conn, jobs)  # its Postgres CPU counts: the runs' own enqueue
+        poll0 = cpu_seconds(poll)
         t0 = time.perf_counter()
         await wait_for(
             lambda: _none_left(side, conn, procs), 600, f"{side.name} to drain", interval=0.01
         )
         seconds = time.perf_counter() - t0
         cpu = cpu_seconds(procs.pids) - cpu0
-        pg_cpu = postgres_cpu_seconds() - pg0
+        # Postgres CPU of the side, not of this client's own polling
+        pg_cpu = postgres_cpu_seconds() - pg0 - (cpu_seconds(poll) - poll0)
     finally:
         await procs.stop()
         await conn.close()

@@ -67,6 +67,23 @@ class GroupCommit:
         self._pending: list[_Write] = []
         self._flusher: asyncio.Task[None] | None = None
         self._lone = False  # a write sent at once (`_direct`) is in flight
+        self._landing: list[asyncio.Future[None]] = []  # woken when a commit returns
+
+    def next_landing(self) -> asyncio.Future[None] | None:
+        """A future done when the commit in flight now returns (its runs then finish);
+        None when nothing is in flight. The worker's claim waits for it, so that the
+        runs a commit ends are replaced by one claim, not one claim each."""
+        if not self._busy():
+            return None
+        f = asyncio.get_running_loop().create_future()
+        self._landing.append(f)
+        return f
+
+    def _landed(self) -> None:
+        waiting, self._landing = self._landing, []
+        for f in waiting:
+            if not f.done():
+                f.set_result(None)
 
     async def fetchrow(self, query: str, *args: Any) -> Any:
         """The statement's row, once the transaction that carried it has committed."""
@@ -89,6 +106,7 @@ class GroupCommit:
             return await self.pool.fetchrow(query, *args)
         finally:
             self._lone = False
+            self._landed()
             if self._pending:
                 self._flusher = asyncio.create_task(self._flush(), name="hango-group-commit")
 
@@ -107,8 +125,10 @@ class GroupCommit:
                     for w in self._pending:
                         _settle(w, error=e)
                     self._pending = []
+                    self._landed()
                     raise
                 log.exception("group commit failed")
+            self._landed()
 
     async def _commit(self, batch: list[_Write]) -> None:
         metrics.CHECKPOINT_BATCH.observe(len(batch))

@@ -31,6 +31,8 @@ from hango_worker.vocab import ErrorType
 
 log = logging.getLogger(__name__)
 
+LANDING_WAIT_S = 0.05  # the longest a claim waits for the commit in flight
+
 _CRASHED = (
     "the worker hit an unexpected error running this run; see the worker log for the traceback"
 )
@@ -142,6 +144,8 @@ class Worker:
             # idle only if nothing ran while the claim looked: a run ending during the
             # claim may have queued another (a parent woken) after the claim's snapshot
             busy = bool(self._inflight)
+            if busy and free > 0:
+                free = await self._after_landing()
             claimed = await self._claim(free) if free > 0 else 0
             if until_idle and claimed == 0 and not busy and not self._inflight:
                 return
@@ -151,6 +155,17 @@ class Worker:
             timeout = self.settings.poll_interval_s * random.uniform(0.8, 1.2)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _after_landing(self) -> int:
+        """Free slots once the group commit in flight has returned (at most a moment): the
+        runs it ends free their slots together and one claim fills them, instead of a
+        claim per run (a claim costs Postgres about as much for one run as for eight)."""
+        landing = getattr(self.deps.writer, "next_landing", lambda: None)()
+        if landing is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(landing, LANDING_WAIT_S)
+            await asyncio.sleep(0)  # the runs it ended finish their tasks
+        return self.settings.worker_concurrency - len(self._inflight)
 
     async def _claim(self, n: int) -> int:
         pool = self._claim_pool or self.deps.pool
