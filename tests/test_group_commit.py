@@ -10,14 +10,21 @@ import time
 from typing import Any
 
 import asyncpg
+import pytest
 from prometheus_client import REGISTRY
 
+from hango_worker.agent.control import RunControl
 from hango_worker.agent.ports import Event, Fenced, Outcome
 from hango_worker.agent.state import FileWrite, State, Todo
 from hango_worker.provider.types import Message, TextBlock
+from hango_worker.run import worker as worker_module
+from hango_worker.run.execute import RunDeps
 from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer
-from tests.worker_helpers import enqueue_and_claim
+from hango_worker.run.worker import InFlight, Worker
+from hango_worker.tool.registry import Registry
+from tests.helpers import scripted
+from tests.worker_helpers import enqueue_and_claim, settings
 
 WORKER = "gc-worker"
 
@@ -304,3 +311,61 @@ async def test_checkpoints_of_a_batch_share_one_statement_each_run_getting_its_o
         run = ("succeeded", None, True) if o else ("running", WORKER, False)
         assert got["run"] == [(*run, f"todo of {rid}")]
     assert done == [claims[1].run_id]
+
+
+async def test_next_landing_is_none_when_idle_and_done_when_the_commit_returns(
+    pool: asyncpg.Pool,
+) -> None:
+    gc = GroupCommit(pool)
+    assert gc.next_landing() is None  # nothing in flight
+    held = await _hold(gc)  # a lone write in flight
+    landing = gc.next_landing()
+    assert landing is not None and not landing.done()
+    queued = asyncio.ensure_future(gc.fetchrow("SELECT 1 AS fenced"))  # behind it
+    await asyncio.wait_for(landing, timeout=10)
+    assert held.done()  # it landed with the write in flight
+    second = gc.next_landing()  # the queued write now commits
+    assert second is not None
+    await asyncio.wait_for(second, timeout=10)
+    assert (await queued)["fenced"] == 1
+    assert gc.next_landing() is None
+
+
+def _worker(pool: asyncpg.Pool, dsn: str, gc: GroupCommit) -> Worker:
+    deps = RunDeps(pool, settings(dsn, worker_concurrency=4), Registry([]), scripted(), "w")
+    deps.writer = gc
+    return Worker(deps, dsn)
+
+
+async def test_the_claim_waits_for_the_commit_in_flight_when_runs_are_running(
+    pool: asyncpg.Pool, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run ended while a group commit is in flight: the claim waits for that commit
+    (the runs it ends free their slots too) and then counts the free slots; with no run
+    in flight it claims at once."""
+    monkeypatch.setattr(worker_module, "LANDING_WAIT_S", 30.0)
+    gc = GroupCommit(pool)
+    worker = _worker(pool, dsn, gc)
+    (c,) = await _claimed(pool, 1)
+    forever = asyncio.ensure_future(asyncio.Event().wait())
+    worker._inflight[c.run_id] = InFlight(c, RunControl(), forever, 0.0)  # type: ignore[arg-type]
+    held = await _hold(gc)
+    free = await asyncio.wait_for(worker._after_landing(), timeout=10)
+    assert held.done() and free == 3
+    assert (
+        await asyncio.wait_for(worker._after_landing(), timeout=1) == 3
+    )  # nothing committing: at once
+    forever.cancel()
+
+
+async def test_the_claim_waits_for_a_slow_commit_only_a_moment(
+    pool: asyncpg.Pool, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "LANDING_WAIT_S", 0.01)
+    gc = GroupCommit(pool)
+    worker = _worker(pool, dsn, gc)
+    held = asyncio.ensure_future(gc.fetchrow("SELECT 1 AS fenced FROM pg_sleep(2)"))
+    await asyncio.sleep(0)
+    assert await asyncio.wait_for(worker._after_landing(), timeout=1) == 4
+    assert not held.done()
+    await held
