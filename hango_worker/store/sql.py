@@ -22,6 +22,7 @@ DONE_CHANNEL = "hango_done"
 # (below) for the runs of a group commit in one statement in sql_checkpoint.py; they are
 # named here like every other hot-path statement.
 from hango_worker.store.sql_checkpoint import CHECKPOINT_MANY as CHECKPOINT_MANY  # noqa: E402
+from hango_worker.store.sql_checkpoint import FILES_UPSERT  # noqa: E402
 from hango_worker.store.sql_claim import ATTEMPT_LIMIT as ATTEMPT_LIMIT  # noqa: E402
 from hango_worker.store.sql_claim import CLAIM as CLAIM  # noqa: E402
 from hango_worker.store.sql_claim import LOAD_RUN as LOAD_RUN  # noqa: E402
@@ -55,7 +56,7 @@ LOAD_DECISIONS = (
 # A run that suspends for a person ends its attempt here too (status 'waiting', $21).
 # The state at the end of a turn is kept in run_states when it changed ($22, $23).
 # A NULL state leaves state_json as found (a run failed before its state was read).
-CHECKPOINT = """
+CHECKPOINT = f"""
 WITH fence AS (
     UPDATE runs SET state_json = coalesce($4::jsonb, state_json),
         queued_at = CASE WHEN $5::text = 'released' THEN now() ELSE queued_at END,
@@ -92,8 +93,7 @@ WITH fence AS (
     SELECT f.id, w.path, w.content, w.size, w.tool_use_id
     FROM fence f, unnest($17::text[], $18::text[], $19::int[], $20::text[])
         AS w(path, content, size, tool_use_id)
-    ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
-        size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()
+    {FILES_UPSERT}
     RETURNING 1
 ), snap AS (
     INSERT INTO run_states (run_id, turn, state_json)
@@ -130,7 +130,7 @@ RETURNING 1 AS fenced, cancel_requested AS cancel
 # the same turn's second call with that id (an error result) never does.
 # The run files the call produced (State.file_writes) go in the same statement, only
 # through the fence: a worker that lost its lease writes no file.
-RECORD_TOOL = """
+RECORD_TOOL = f"""
 WITH fence AS (
     UPDATE runs SET state_json = $4::jsonb, lease_expires_at = now() + make_interval(secs => $5)
     WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
@@ -152,8 +152,7 @@ WITH fence AS (
     SELECT f.id, w.path, w.content, w.size, w.tool_use_id
     FROM fence f, unnest($13::text[], $14::text[], $15::int[], $16::text[])
         AS w(path, content, size, tool_use_id)
-    ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
-        size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()
+    {FILES_UPSERT}
     RETURNING 1
 )
 SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel FROM fence

@@ -2,6 +2,11 @@
 every hot-path statement; it is store/sql.py's CHECKPOINT for several runs at once.
 """
 
+# A run file written again replaces the one it had (CHECKPOINT, CHECKPOINT_MANY,
+# RECORD_TOOL: a run's files go with the write of the call that made them).
+FILES_UPSERT = """ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
+        size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()"""
+
 # CHECKPOINT for several runs in one statement: what a group commit sends when its
 # batch holds the checkpoints of two or more runs (run/group.py). Same effect, run by
 # run, as one CHECKPOINT each: every run carries its own fence ($1-$3) and is reported
@@ -14,7 +19,7 @@ every hot-path statement; it is store/sql.py's CHECKPOINT for several runs at on
 # UPDATE … FROM would lock them in whatever order its plan visits them, a bitmap scan's
 # physical order, say). Most of what is left of its cost is the foreign-key checks of the rows it
 # inserts (messages: session and run; run_events: run), about a third (EXPLAIN ANALYZE).
-CHECKPOINT_MANY = """
+CHECKPOINT_MANY = f"""
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[],
         $6::float8[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
@@ -64,8 +69,7 @@ WITH u AS (
     FROM unnest($20::uuid[], $21::text[], $22::text[], $23::int[], $24::text[])
         AS w(run, path, content, size, tool_use_id)
     JOIN fence f ON f.id = w.run
-    ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
-        size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()
+    {FILES_UPSERT}
     RETURNING 1
 ), snap AS (
     INSERT INTO run_states (run_id, turn, state_json)
