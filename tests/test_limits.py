@@ -11,6 +11,8 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
+from hango_worker.agent.limits import Budget, RunOverrides, merge
+from hango_worker.agent.spec import AgentConfig
 from hango_worker.cli.show import showable
 from hango_worker.provider.types import Request, Response, TextSink, ToolResultBlock
 from hango_worker.render import Painter, print_run
@@ -345,3 +347,14 @@ def test_the_question_joins_an_unsaved_user_turn_or_starts_a_new_one() -> None:
     after = [Message("user", [TextBlock("go")]), Message("assistant", [TextBlock("hm")])]
     ask_for_answer(after, persisted=0, reached=reached)
     assert [m.role for m in after] == ["user", "assistant", "user"]
+
+
+def test_a_run_without_overrides_gets_its_agent_s_budget_kept_per_config() -> None:
+    a = AgentConfig(max_tool_calls=3, max_turns=7)
+    first = merge(a, None)
+    assert type(first) is Budget and first.max_tool_calls == 3
+    assert merge(a, None) is first  # kept: the same config object
+    b = AgentConfig(max_tool_calls=4)
+    assert merge(b, None).max_tool_calls == 4  # another config, its own budget
+    over = merge(a, RunOverrides(max_tool_calls=1))
+    assert over.max_tool_calls == 1 and merge(a, None).max_tool_calls == 3

@@ -192,8 +192,23 @@ class Limits:
         return None
 
 
+# The budget of runs without overrides, per agent config object (a parsed agent is kept
+# per row version, run/execute.py, so its config is the same object run after run).
+# Budgets are read, never changed. Bounded: emptied when full.
+_plain: dict[int, tuple[Budget, Budget]] = {}
+
+
 def merge(agent: Budget, over: RunOverrides | None) -> Budget:
     """The run's budget: the agent's, with each key the producer set for this run winning."""
+    if over is None:
+        found = _plain.get(id(agent))
+        if found is not None and found[0] is agent:
+            return found[1]
+        if len(_plain) >= 1024:
+            _plain.clear()
+        budget = Budget.model_validate(agent.model_dump(include=set(Budget.model_fields)))
+        _plain[id(agent)] = (agent, budget)
+        return budget
     values = agent.model_dump(include=set(Budget.model_fields))
     if over is not None:
         values.update(over.model_dump(include=set(Budget.model_fields) & over.model_fields_set))

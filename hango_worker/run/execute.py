@@ -355,9 +355,17 @@ def _memory(deps: RunDeps, agent: AgentSpec, c: Claim, io: PgRunIO) -> MemoryBin
     return MemoryBinding(PgMemoryStore(deps.pool, io), scope)
 
 
+_prices: list[tuple[Settings, PriceTable]] = []  # the last settings' table (read-only)
+
+
 def price_table(s: Settings) -> PriceTable:
-    """The default prices with HANGO_MODEL_PRICES laid over them (a few µs: per run)."""
-    return PriceTable({m: p.model_dump() for m, p in s.model_prices.items()})
+    """The default prices with HANGO_MODEL_PRICES laid over them, made once per settings
+    object (a worker's settings are the same object run after run)."""
+    if _prices and _prices[0][0] is s:
+        return _prices[0][1]
+    table = PriceTable({m: p.model_dump() for m, p in s.model_prices.items()})
+    _prices[:] = [(s, table)]
+    return table
 
 
 def _build_loop(
