@@ -13,7 +13,6 @@ state_json + events), plus one small fenced commit per completed tool call
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from hango_worker.provider.types import (
     StopReason,
     TextSink,
     Usage,
+    compact_json,
 )
 from hango_worker.telemetry import genai
 from hango_worker.telemetry.tracing import mark_error, tracer, turn_span
@@ -152,7 +152,7 @@ class AgentLoop(ToolBatches):
         persisted = len(state.messages) if info.persisted is None else info.persisted
         self._done = info.turns_done
         # as loaded: kept already, or the run's start (not worth a row)
-        self._last_state = json.dumps(dump_state(state), ensure_ascii=False, separators=(",", ":"))
+        self._last_state = compact_json(dump_state(state))
         self._usage.add(info.usage)
         self._cost.carry(info.cost_before)
         self._next.spent_usd = self._cost.usd
@@ -242,7 +242,7 @@ class AgentLoop(ToolBatches):
     def _keep_state(self, state: State) -> None:
         """The state at the end of turn `self._done`, kept (run_states, for forks) with
         the next checkpoint when it differs from the one kept before."""
-        now = json.dumps(dump_state(state), ensure_ascii=False, separators=(",", ":"))
+        now = compact_json(dump_state(state))
         if now != self._last_state:
             self._states.append((self._done, now))
             self._last_state = now

@@ -7,6 +7,7 @@ Postgres); `message_from_dict` rebuilds typed messages from it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -16,6 +17,12 @@ JSON: TypeAlias = Any
 Role = Literal["user", "assistant"]
 REPLACEMENT = "\ufffd"  # what NUL and lone surrogates become (see provider/sanitize.py)
 
+
+# Compact JSON (no spaces, UTF-8 kept) as the store writes it: one encoder made once
+# (json.dumps with these options builds a new JSONEncoder on every call).
+compact_json: Callable[[Any], str] = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":")
+).encode
 
 D = TypeVar("D")
 _INIT_FIELDS: dict[type, tuple[str, ...]] = {}

@@ -26,13 +26,13 @@ See docs/scaling.md ("Group commit").
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
+from hango_worker.provider.types import compact_json
 from hango_worker.run.io import CONNECTION_ERRORS
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
@@ -194,7 +194,7 @@ def _mergeable(batch: list[_Write]) -> tuple[list[_Write], list[_Write]]:
 
 
 def _json(v: Any) -> str | None:
-    return None if v is None else json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+    return None if v is None else compact_json(v)
 
 
 def checkpoint_many_args(writes: list[_Write]) -> tuple[list[Any], ...]:

@@ -18,7 +18,7 @@ from opentelemetry import trace
 from hango_worker.agent.control import RunControl
 from hango_worker.agent.ports import ChildRun, Event, Fenced, FileInfo, Outcome
 from hango_worker.agent.state import FileWrite, State, dump_state
-from hango_worker.provider.types import Message, ToolUseBlock, Usage
+from hango_worker.provider.types import Message, ToolUseBlock, Usage, compact_json
 from hango_worker.store import sql
 from hango_worker.tool.types import ToolResult
 from hango_worker.vocab import ErrorType
@@ -198,7 +198,7 @@ async def with_reconnect(
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return compact_json(value)
 
 
 def _usage(usage: Usage | None) -> dict[str, int] | None:
