@@ -202,8 +202,9 @@ def checkpoint_many_args(writes: list[_Write]) -> tuple[list[Any], ...]:
     per-run values ($1-$10, $21) one element per run, each run's rows tagged with its id."""
     per_run: tuple[list[Any], ...] = tuple([] for _ in range(11))
     rows: tuple[list[Any], ...] = tuple([] for _ in range(16))
-    # (first argument, count) of each row group of CHECKPOINT: messages, events, files,
-    # states; in CHECKPOINT_MANY each group is preceded by its run-id array
+    # each row group of CHECKPOINT (messages, events, files, states): its first argument,
+    # its number of arrays, where it starts in CHECKPOINT_MANY's rows (each group there
+    # begins with its run-id array)
     groups = ((10, 3, 0), (13, 3, 4), (16, 4, 8), (21, 2, 13))
     for w in writes:
         a = w.args
