@@ -1,7 +1,7 @@
 """`until_cancelled` (agent/calls.py): a call raced against the run's cancel flag.
 
 The run's flag is a `CancelEvent` (agent/control.py), which calls back when set, so the
-race needs no task waiting on it; a plain `asyncio.Event` still works the same way."""
+race needs no task waiting on it."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from hango_worker.agent.calls import RunCancelled, until_cancelled
 from hango_worker.agent.control import CancelEvent, RunControl
 
 
-def _flags() -> list[asyncio.Event]:
-    return [CancelEvent(), asyncio.Event()]
-
-
 def test_a_run_control_cancel_flag_calls_back() -> None:
     control = RunControl()
     assert isinstance(control.cancel, CancelEvent)
@@ -26,22 +22,19 @@ def test_a_run_control_cancel_flag_calls_back() -> None:
     assert seen == [1] and control.cancel.is_set()
 
 
-@pytest.mark.parametrize("flag", range(2), ids=["CancelEvent", "asyncio.Event"])
-async def test_the_call_s_result_comes_back_and_nothing_is_left_listening(flag: int) -> None:
-    cancel = _flags()[flag]
+async def test_the_call_s_result_comes_back_and_nothing_is_left_listening() -> None:
+    cancel = CancelEvent()
 
     async def call() -> str:
         await asyncio.sleep(0)
         return "answer"
 
     assert await until_cancelled(call(), cancel) == "answer"
-    if isinstance(cancel, CancelEvent):
-        assert cancel.callbacks == []
+    assert cancel.callbacks == []
 
 
-@pytest.mark.parametrize("flag", range(2), ids=["CancelEvent", "asyncio.Event"])
-async def test_a_cancel_during_the_call_stops_it_and_raises_run_cancelled(flag: int) -> None:
-    cancel = _flags()[flag]
+async def test_a_cancel_during_the_call_stops_it_and_raises_run_cancelled() -> None:
+    cancel = CancelEvent()
     started, stopped = asyncio.Event(), asyncio.Event()
 
     async def call() -> str:
@@ -62,8 +55,7 @@ async def test_a_cancel_during_the_call_stops_it_and_raises_run_cancelled(flag: 
         await asyncio.wait_for(until_cancelled(call(), cancel), timeout=10)
     await setter
     assert stopped.is_set()  # the call was cancelled, not left running
-    if isinstance(cancel, CancelEvent):
-        assert cancel.callbacks == []
+    assert cancel.callbacks == []
 
 
 async def test_a_cancel_set_before_the_call_raises_at_once() -> None:

@@ -331,6 +331,21 @@ async def test_next_landing_is_none_when_idle_and_done_when_the_commit_returns(
     assert gc.next_landing() is None
 
 
+async def test_landed_returns_when_the_commit_in_flight_returns_or_after_its_bound(
+    pool: asyncpg.Pool,
+) -> None:
+    gc = GroupCommit(pool)
+    await asyncio.wait_for(gc.landed(30.0), timeout=1)  # nothing in flight: at once
+    held = await _hold(gc)
+    await asyncio.wait_for(gc.landed(30.0), timeout=10)
+    assert held.done()  # it returned with the commit, not after its bound
+    slow = asyncio.ensure_future(gc.fetchrow("SELECT 1 AS fenced FROM pg_sleep(2)"))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(gc.landed(0.01), timeout=1)  # bounded: the commit goes on
+    assert not slow.done()
+    assert (await slow)["fenced"] == 1
+
+
 def _worker(pool: asyncpg.Pool, dsn: str, gc: GroupCommit) -> Worker:
     deps = RunDeps(pool, settings(dsn, worker_concurrency=4), Registry([]), scripted(), "w")
     deps.writer = gc

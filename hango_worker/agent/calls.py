@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from hango_worker.agent.control import CancelEvent, RateGate, RunCancelled, RunControl
 from hango_worker.agent.middleware import ModelResponse
@@ -28,12 +28,10 @@ T = TypeVar("T")
 __all__ = ["ModelCaller", "RunCancelled", "until_cancelled"]
 
 
-async def until_cancelled(call: Awaitable[T], cancel: asyncio.Event) -> T:
+async def until_cancelled(call: Awaitable[T], cancel: CancelEvent) -> T:
     """Await `call`, but stop it as soon as `cancel` is set (a short grace to unwind,
     then abandoned: `tool.types.stop_task`) and raise RunCancelled."""
     task = asyncio.ensure_future(call)
-    if not isinstance(cancel, CancelEvent):
-        return await _race_event(task, cancel)
     # one future woken by whichever comes first: no task waiting on the event, no
     # asyncio.wait (a model call is raced on every turn)
     woken = asyncio.get_running_loop().create_future()
@@ -54,23 +52,6 @@ async def until_cancelled(call: Awaitable[T], cancel: asyncio.Event) -> T:
     finally:
         cancel.callbacks.remove(wake)
         task.remove_done_callback(wake)
-    if task.done():
-        return task.result()
-    await stop_task(task)
-    raise RunCancelled()
-
-
-async def _race_event(task: asyncio.Future[T], cancel: asyncio.Event) -> T:
-    """until_cancelled against a plain asyncio.Event: a task waits on it."""
-    waiter: asyncio.Future[Any] = asyncio.ensure_future(cancel.wait())
-    both: set[asyncio.Future[Any]] = {task, waiter}
-    try:
-        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        await stop_task(task)
-        raise
-    finally:
-        waiter.cancel()
     if task.done():
         return task.result()
     await stop_task(task)

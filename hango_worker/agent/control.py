@@ -60,7 +60,7 @@ class CancelEvent(asyncio.Event):
 
 @dataclass(slots=True)
 class RunControl:
-    cancel: asyncio.Event = field(default_factory=CancelEvent)
+    cancel: CancelEvent = field(default_factory=CancelEvent)
     shutdown: bool = False  # hand the run back at its next turn boundary
     lost: bool = False  # another worker holds the lease: write nothing more
     max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS  # calls of one response at once

@@ -26,6 +26,7 @@ See docs/scaling.md ("Group commit").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,17 @@ class GroupCommit:
         f = asyncio.get_running_loop().create_future()
         self._landing.append(f)
         return f
+
+    async def landed(self, within: float) -> None:
+        """Return once the commit in flight now has returned, or after `within` seconds
+        (at once when nothing is in flight), and one loop step later, so that the runs it
+        ended have finished their tasks (freed their slots)."""
+        landing = self.next_landing()
+        if landing is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(landing, within)
+        await asyncio.sleep(0)
 
     def _landed(self) -> None:
         waiting, self._landing = self._landing, []

@@ -160,11 +160,8 @@ class Worker:
         """Free slots once the group commit in flight has returned (at most a moment): the
         runs it ends free their slots together and one claim fills them, instead of a
         claim per run (a claim costs Postgres about as much for one run as for eight)."""
-        landing = getattr(self.deps.writer, "next_landing", lambda: None)()
-        if landing is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(landing, LANDING_WAIT_S)
-            await asyncio.sleep(0)  # the runs it ended finish their tasks
+        if isinstance(self.deps.writer, GroupCommit):
+            await self.deps.writer.landed(LANDING_WAIT_S)
         return self.settings.worker_concurrency - len(self._inflight)
 
     async def _claim(self, n: int) -> int:
