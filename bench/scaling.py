@@ -46,7 +46,7 @@ from bench.common import (
     wait_for,
 )
 from bench.procs import HANGO_RUN, Procs, cpu_seconds, hango_env
-from bench.throughput import AGENT, HANGO_ENQUEUE, Floor, _ready
+from bench.throughput import AGENT, HANGO_ANY_LEFT, HANGO_ENQUEUE, Floor, _ready
 from hango_worker.store import db, repo
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -85,11 +85,9 @@ async def _counters(conn: asyncpg.Connection) -> tuple[float, int, int, int]:
     return postgres_cpu_seconds(), int(r["wal"]), int(r["commits"]), int(r["fsyncs"] or 0)
 
 
-async def _remaining(conn: asyncpg.Connection) -> int:
+async def _any_left(conn: asyncpg.Connection) -> bool:
     Own.n += 1
-    return int(
-        await conn.fetchval("SELECT count(*) FROM runs WHERE status IN ('queued', 'running')")
-    )
+    return bool(await conn.fetchval(HANGO_ANY_LEFT))
 
 
 async def hango(admin: str, runs: int, turns: int, procs_n: int) -> dict[str, Any]:
@@ -139,7 +137,7 @@ async def hango(admin: str, runs: int, turns: int, procs_n: int) -> dict[str, An
 
 async def _drained(conn: asyncpg.Connection, procs: Procs) -> bool:
     procs.check_alive()
-    return await _remaining(conn) == 0
+    return not await _any_left(conn)
 
 
 async def floor(admin: str, jobs: int) -> dict[str, Any]:
@@ -170,7 +168,7 @@ async def floor(admin: str, jobs: int) -> dict[str, Any]:
 
 async def _floor_done(side: Floor, conn: asyncpg.Connection) -> bool:
     Own.n += 1
-    return await side.remaining(conn) == 0
+    return not await side.any_left(conn)
 
 
 def _row(
