@@ -135,6 +135,37 @@ async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restore
     assert await _diff(empty_dsn) == []
 
 
+async def _foreign_keys(dsn: str, table: str) -> set[str]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT conname FROM pg_constraint WHERE contype = 'f' AND conrelid = $1::regclass",
+            table,
+        )
+        return {r["conname"] for r in rows}
+    finally:
+        await conn.close()
+
+
+async def test_0011_drops_only_the_messages_session_check_and_downgrade_restores_it(
+    empty_dsn: str,
+) -> None:
+    """A message's session is its run's (runs.session_id has the foreign key): 0011 drops
+    the repeated check; the one to runs, which cascades, stays."""
+    await migrate.upgrade(empty_dsn, "0010_tenants")
+    both = {"messages_session_id_fkey", "messages_run_id_fkey"}
+    assert await _foreign_keys(empty_dsn, "messages") == both
+    await migrate.upgrade(empty_dsn, "0011_messages_session_fk")
+    assert await _foreign_keys(empty_dsn, "messages") == {"messages_run_id_fkey"}
+    assert "runs_session_id_fkey" in await _foreign_keys(empty_dsn, "runs")
+    assert (  # code at 0010 (and 0009, as 0010 serves it) runs on it: a rollback stays ready
+        migrate.oldest_code_served(migrate.revisions(), "0011_messages_session_fk")
+        == "0009_producer_api"
+    )
+    await migrate.downgrade(empty_dsn, "0010_tenants")
+    assert await _foreign_keys(empty_dsn, "messages") == both
+
+
 async def test_upgrade_to_0003_backfills_queued_at_and_message_seq(empty_dsn: str) -> None:
     await migrate.upgrade(empty_dsn, "0002_run_state")
     conn = await asyncpg.connect(empty_dsn)

@@ -166,7 +166,8 @@ Index(
 messages = Table(
     "messages",
     metadata,
-    Column("session_id", UUID(as_uuid=False), ForeignKey("sessions.id"), primary_key=True),
+    # the run's session (no foreign key of its own since 0011: run_id's implies it)
+    Column("session_id", UUID(as_uuid=False), primary_key=True),
     Column("seq", Integer, primary_key=True),
     Column(
         "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
