@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
+import threading
+import time
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
 from hango_worker.config import ConfigError, Settings
 from hango_worker.provider.types import Provider
+from hango_worker.run.bounded import close_pool, within
 from hango_worker.run.execute import RunDeps, RunObserver
 from hango_worker.run.providers import make_provider
-from hango_worker.run.worker import Worker, WorkerStats
+from hango_worker.run.worker import CLOSE_WAIT_S, STOP_BOUND_S, Worker, WorkerStats
 from hango_worker.store import db
 from hango_worker.store.migrate import read_schema_state, schema_problem
 from hango_worker.telemetry.logs import setup_logging
@@ -25,6 +30,44 @@ log = logging.getLogger(__name__)
 
 
 READY_CACHE_S = 1.0  # concurrent and back-to-back /readyz probes share one check
+TRACING_FLUSH_S = 5.0  # the spans still buffered at exit get this long to export
+# `hango-worker run` exits with this code when its own shutdown outlasted its bound
+# (the watchdog below: something did not stop; the log says what was abandoned).
+STUCK_EXIT = 6
+
+
+class ExitWatchdog:
+    """The last resort of a process that must stop: armed when the shutdown starts
+    (SIGTERM, or the end of `--until-idle`), it ends the process once the bound has
+    passed (one line on stderr, exit code STUCK_EXIT), whatever is still waiting: a
+    thread, a task that ignores its cancel, the interpreter's own exit. A shutdown
+    that goes as designed ends well before it (docs/system-architecture.md)."""
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+        self._timer: threading.Timer | None = None
+
+    def arm(self, seconds: float) -> None:
+        """Exit at most `seconds` from now (an earlier deadline armed already stands)."""
+        deadline = time.monotonic() + seconds
+        if self.deadline is not None and self.deadline <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self.deadline = deadline
+        self._timer = threading.Timer(seconds, self._fire, args=(seconds,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self, seconds: float) -> None:
+        line = (
+            f"hango-worker: the shutdown did not finish within {seconds:g}s of its start; "
+            "exiting now (runs still held are reclaimed when their leases expire)\n"
+        )
+        try:
+            os.write(2, line.encode())
+        finally:
+            os._exit(STUCK_EXIT)
 
 
 def pool_size(concurrency: int) -> int:
@@ -102,6 +145,7 @@ async def serve(
         setup_logging(settings.log_level, settings.log_format, settings.capture_content)
     server = await start_metrics(settings, dsn) if metrics else None
     own_provider = provider is None
+    watchdog = ExitWatchdog()
     pool: asyncpg.Pool | None = None
     tracing = None
     try:
@@ -117,17 +161,61 @@ async def serve(
         if on_ready is not None:
             on_ready(worker, server)
         if install_signals:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, worker.request_shutdown)
+            _install_signals(worker, watchdog, settings.shutdown_grace_s)
         return await worker.run(until_idle=until_idle)
     finally:
-        if server is not None:
-            await server.close()
-        if pool is not None:
-            await pool.close()
+        if install_signals:
+            watchdog.arm(STOP_BOUND_S)
+        await _close_all(server, pool, provider if own_provider else None)
         if tracing is not None:
-            tracing.shutdown()
-        close = getattr(provider, "aclose", None)
-        if own_provider and close is not None:
-            await close()
+            await _in_daemon_thread(tracing.shutdown, TRACING_FLUSH_S, "exporting the last spans")
+
+
+def _install_signals(worker: Worker, watchdog: ExitWatchdog, grace_s: float) -> None:
+    """SIGTERM/SIGINT: the worker's shutdown, with the process's bound armed."""
+
+    def on_signal() -> None:
+        watchdog.arm(grace_s + STOP_BOUND_S)
+        worker.request_shutdown()
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+
+
+async def _close_all(
+    server: MetricsServer | None, pool: asyncpg.Pool | None, provider: Provider | None
+) -> None:
+    """The metrics endpoint, the pool and the provider's client, together and bounded."""
+    steps: list[Awaitable[object]] = []
+    if server is not None:
+        steps.append(within(server.close(), CLOSE_WAIT_S, "the metrics endpoint"))
+    if pool is not None:
+        steps.append(close_pool(pool, CLOSE_WAIT_S, "the database pool"))
+    close = getattr(provider, "aclose", None)
+    if close is not None:
+        steps.append(within(close(), CLOSE_WAIT_S, "the model provider's client"))
+    await asyncio.gather(*steps)
+
+
+async def _in_daemon_thread(fn: Callable[[], object], seconds: float, what: str) -> None:
+    """`fn()` in a daemon thread, waited for at most `seconds` (a blocking flush to a
+    collector that does not answer must hold neither the loop nor the exit)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finish() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            fn()
+        except Exception as e:
+            log.warning("shutdown: %s failed: %s", what, e)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(finish)
+
+    threading.Thread(target=run, name="hango-shutdown", daemon=True).start()
+    await within(done, seconds, what)

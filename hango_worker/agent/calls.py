@@ -17,7 +17,13 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from hango_worker.agent.control import CancelEvent, RateGate, RunCancelled, RunControl
+from hango_worker.agent.control import (
+    CancelEvent,
+    RateGate,
+    RunCancelled,
+    RunControl,
+    RunReleased,
+)
 from hango_worker.agent.middleware import ModelResponse
 from hango_worker.provider.types import ModelError, Provider, Request, TextSink
 from hango_worker.telemetry import genai
@@ -25,7 +31,7 @@ from hango_worker.tool.types import stop_task
 
 T = TypeVar("T")
 
-__all__ = ["ModelCaller", "RunCancelled", "until_cancelled"]
+__all__ = ["ModelCaller", "RunCancelled", "RunReleased", "until_cancelled"]
 
 
 async def until_cancelled(call: Awaitable[T], cancel: CancelEvent) -> T:

@@ -14,7 +14,6 @@ rate-limits model calls by the rest (agent/calls.py: ModelCaller).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,12 @@ DEFAULT_MAX_PARALLEL_TOOLS = 8
 
 class RunCancelled(Exception):
     pass
+
+
+class RunReleased(Exception):
+    """A wait before a model call (a retry's backoff, the fleet rate limit) was cut
+    short by a shutdown: the run is handed back (`released`) at once, before the call;
+    nothing it did is lost (docs/system-architecture.md, "Graceful shutdown")."""
 
 
 class RateGate(Protocol):
@@ -61,7 +66,9 @@ class CancelEvent(asyncio.Event):
 @dataclass(slots=True)
 class RunControl:
     cancel: CancelEvent = field(default_factory=CancelEvent)
-    shutdown: bool = False  # hand the run back at its next turn boundary
+    # set by a shutdown (`shutdown = True`): hand the run back at its next turn boundary,
+    # or at once from a wait before a model call (`sleep`)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
     lost: bool = False  # another worker holds the lease: write nothing more
     max_parallel_tools: int = DEFAULT_MAX_PARALLEL_TOOLS  # calls of one response at once
     retries: int = 4  # of a retryable model error
@@ -69,6 +76,17 @@ class RunControl:
     retry_cap_s: float = 20.0
     rate_gate: RateGate | None = None
     rate_wait_s: float = 0.0  # time the run waited for the rate limit (all attempts)
+
+    @property
+    def shutdown(self) -> bool:
+        return self.stopping.is_set()
+
+    @shutdown.setter
+    def shutdown(self, value: bool) -> None:
+        if value:
+            self.stopping.set()
+        else:
+            self.stopping.clear()
 
     def stop_requested(self) -> Literal["cancel", "shutdown"] | None:
         if self.cancel.is_set():
@@ -84,11 +102,20 @@ class RunControl:
         return ceiling * random.uniform(0.5, 1.0)
 
     async def sleep(self, delay: float) -> None:
-        """Sleep, cut short by a cancel (then RunCancelled)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.cancel.wait(), timeout=delay)
+        """Sleep before a model call, cut short by a cancel (then RunCancelled) or a
+        shutdown (then RunReleased: a run waiting out a backoff or the rate limit is
+        handed back now, not at the end of the grace)."""
+        if not self.cancel.is_set() and not self.stopping.is_set():
+            waits = [asyncio.ensure_future(e.wait()) for e in (self.cancel, self.stopping)]
+            try:
+                await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
         if self.cancel.is_set():
             raise RunCancelled()
+        if self.stopping.is_set():
+            raise RunReleased()
 
     def rate_wait(self) -> float | None:
         """The run's rate-limit wait for its usage record (None: no limit, none waited)."""

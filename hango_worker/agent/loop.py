@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry.trace import Link, SpanKind
 
 from hango_worker.agent.batch import ToolBatches, Waiting
-from hango_worker.agent.calls import ModelCaller, RunCancelled
+from hango_worker.agent.calls import ModelCaller, RunCancelled, RunReleased
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.cost import RunCost
 from hango_worker.agent.limits import (
@@ -192,6 +192,8 @@ class AgentLoop(ToolBatches):
                 )
             except RunCancelled:
                 return await self._finish(state, Outcome("cancelled"))
+            except RunReleased:  # a shutdown during a wait before a model call
+                return await self._finish(state, Outcome("released"))
             except Waiting as w:
                 return await self._finish(state, Outcome("waiting", waiting=w.record))
             except ModelError as e:

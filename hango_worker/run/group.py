@@ -91,6 +91,23 @@ class GroupCommit:
             await asyncio.wait_for(landing, within)
         await asyncio.sleep(0)
 
+    async def settled(self, within: float) -> bool:
+        """Return once no write is in flight or queued (each one handed to it has
+        committed or failed), or after `within` seconds; whether it settled. A stopping
+        worker asks it before closing the pool, so that its last writes land first."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within
+        while (landing := self.next_landing()) is not None or self._pending:
+            left = until - loop.time()
+            if left <= 0:
+                return False
+            if landing is None:  # queued, its flusher not started yet: a loop step
+                await asyncio.sleep(0.001)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(landing, left)
+        return True
+
     def _landed(self) -> None:
         waiting, self._landing = self._landing, []
         for f in waiting:

@@ -180,7 +180,9 @@ async def with_reconnect(
     what: str,
     pool: asyncpg.Pool | None = None,
 ) -> T:
-    """Retry `op` while Postgres is unreachable, with backoff, up to deadline_s."""
+    """Retry `op` while Postgres is unreachable, with backoff, up to deadline_s; never
+    once `pool` is closing (the worker is stopping: no retry can land, and waiting
+    would hold the stop up)."""
     loop = asyncio.get_running_loop()
     until = loop.time() + deadline_s
     delay = 0.1
@@ -188,7 +190,7 @@ async def with_reconnect(
         try:
             return await op()
         except CONNECTION_ERRORS as e:
-            if loop.time() + delay > until:
+            if loop.time() + delay > until or (pool is not None and pool.is_closing()):
                 raise
             log.warning("database unreachable during %s (%s); retrying in %.1fs", what, e, delay)
             if pool is not None:

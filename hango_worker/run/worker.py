@@ -12,12 +12,14 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 import asyncpg
 
 from hango_worker.agent.control import RunControl
 from hango_worker.agent.ports import Fenced
+from hango_worker.run.bounded import close_pool, within
 from hango_worker.run.execute import RunDeps, execute, fail_run, run_control
 from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, discard_connections
@@ -32,6 +34,14 @@ from hango_worker.vocab import ErrorType
 log = logging.getLogger(__name__)
 
 LANDING_WAIT_S = 0.05  # the longest a claim waits for the commit in flight
+# Shutdown bounds (docs/system-architecture.md, "Graceful shutdown"): after the grace,
+# the runs still going are cancelled and get STOP_WAIT_S to unwind; every closing step
+# after that (the claim in flight, the last writes, the hand-back, connections) gets
+# CLOSE_WAIT_S. The worker is done within the grace plus STOP_BOUND_S, whatever its
+# runs, the database or the provider are doing.
+STOP_WAIT_S = 5.0
+CLOSE_WAIT_S = 2.0
+STOP_BOUND_S = STOP_WAIT_S + 4 * CLOSE_WAIT_S
 
 _CRASHED = (
     "the worker hit an unexpected error running this run; see the worker log for the traceback"
@@ -65,6 +75,9 @@ class Worker:
         self._inflight: dict[str, InFlight] = {}
         self._wake = asyncio.Event()
         self._stopping = False
+        self._stop = asyncio.Event()  # set by request_shutdown
+        self._tasks: set[asyncio.Task[None]] = set()  # every run task not yet done
+        self._gave_up: list[tuple[str, int]] = []  # runs cancelled mid-turn: (id, attempt)
         self._listener = Listener(dsn, self._wake.set, self._on_cancel)
         self._background: list[asyncio.Task[None]] = []
         self._claim_pool: asyncpg.Pool | None = None  # sql.CLAIM_SESSION_SETTINGS
@@ -74,6 +87,8 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def run(self, *, until_idle: bool = False) -> WorkerStats:
+        """Claim and run until shut down (or, with until_idle, the queue is empty), then
+        hand every run back and stop, within the grace plus a bound (`STOP_BOUND_S`)."""
         self._listener.start()
         await self._open_claim_pool()
         if self.deps.text is None:
@@ -85,19 +100,43 @@ class Worker:
         ]
         log.info("worker started", extra={"worker_id": self.worker_id})
         try:
-            await self._main(until_idle)
+            await self._claim_until_stopped(until_idle)
             await self._drain()
         finally:
-            for t in self._background:
-                t.cancel()
-            for t in self._background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
-            await self._listener.stop()
-            await self.deps.text.stop()
-            if self._claim_pool is not None:
-                await self._claim_pool.close()
+            await self._close()
         return self.stats
+
+    async def _claim_until_stopped(self, until_idle: bool) -> None:
+        """The claim loop, until idle or shut down. A claim in flight when the shutdown
+        comes gets CLOSE_WAIT_S to return (its runs then start, already stopping) and is
+        abandoned after that: a statement on a connection that stopped answering must not
+        hold the stop up (its transaction is rolled back with the connection)."""
+        main = asyncio.ensure_future(self._main(until_idle))
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not main.done():
+                await within(main, CLOSE_WAIT_S, "the claim in flight")
+        finally:
+            stop.cancel()
+        if main.done() and not main.cancelled() and (err := main.exception()) is not None:
+            raise err
+
+    async def _close(self) -> None:
+        """Stop the per-worker tasks and connections together, each bounded: one stuck
+        on a connection that stopped answering is abandoned, never awaited forever."""
+        for t in self._background:
+            t.cancel()
+        text = self.deps.text
+        steps: list[Awaitable[object]] = [
+            within(asyncio.wait(self._background), CLOSE_WAIT_S, "the heartbeat and sweep"),
+            within(self._listener.stop(), CLOSE_WAIT_S, "the LISTEN connection"),
+        ]
+        if text is not None:
+            steps.append(within(text.stop(), CLOSE_WAIT_S, "the last live text"))
+        if self._claim_pool is not None:
+            steps.append(close_pool(self._claim_pool, CLOSE_WAIT_S, "the claim connection"))
+        await asyncio.gather(*steps)
 
     async def _open_claim_pool(self) -> None:
         """The claim's own connection (sql.CLAIM_SESSION_SETTINGS); the shared pool if it
@@ -110,30 +149,54 @@ class Worker:
             log.warning("claim connection not opened (%s); claiming on the shared pool", e)
 
     def request_shutdown(self) -> None:
-        """First call: stop claiming, hand runs back at their next turn boundary.
-        Second call: cancel everything now (leases expire, another worker reclaims)."""
+        """First call: stop claiming, hand runs back at their next turn boundary (a run
+        waiting out a backoff or the rate limit: at once). Second call: cancel
+        everything now (the cancelled runs are handed back, `_hand_back`)."""
         if self._stopping:
             log.warning("second shutdown signal: abandoning runs in flight")
-            for f in self._inflight.values():
-                f.task.cancel()
+            for t in self._tasks:
+                t.cancel()
             return
         self._stopping = True
+        self._stop.set()
         for f in self._inflight.values():
             f.control.shutdown = True
         self._wake.set()
 
     async def _drain(self) -> None:
-        tasks = [f.task for f in self._inflight.values()]
-        if not tasks:
+        """Every run stops at its next turn boundary within the grace and is handed back
+        (`released`); the ones left then are cancelled, get STOP_WAIT_S to unwind and
+        are handed back by one statement. The last writes land before the pool closes."""
+        tasks = set(self._tasks)  # every run task, a previous attempt's included
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
+            if pending:
+                log.warning(
+                    "%d runs did not reach a turn boundary within the grace period", len(pending)
+                )
+                for t in pending:
+                    t.cancel()
+                await asyncio.wait(pending, timeout=STOP_WAIT_S)
+        if isinstance(self.deps.writer, GroupCommit):
+            await self.deps.writer.settled(CLOSE_WAIT_S)
+        await self._hand_back()
+
+    async def _hand_back(self) -> None:
+        """The runs this worker gave up on (cancelled, not lost) go back to the queue at
+        once (sql.HAND_BACK), instead of holding their lease until it expires. Bounded:
+        with the database away, their leases expire as after a crash."""
+        gave_up, self._gave_up = self._gave_up, []
+        if not gave_up:
             return
-        _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
-        for t in pending:
-            t.cancel()
-        if pending:
-            log.warning(
-                "%d runs did not reach a turn boundary within the grace period", len(pending)
-            )
-            await asyncio.wait(pending, timeout=5)
+        ids = [rid for rid, _ in gave_up]
+        attempts = [a for _, a in gave_up]
+
+        async def hand_back() -> None:
+            rows = await self.deps.pool.fetch(sql.HAND_BACK, self.worker_id, ids, attempts)
+            metrics.RUNS_HANDED_BACK.inc(len(rows))
+            log.warning("shutdown: %d runs cancelled mid-turn were handed back", len(rows))
+
+        await within(hand_back(), CLOSE_WAIT_S, "handing back the runs cancelled mid-turn")
 
     # -- claiming ----------------------------------------------------------------------------
 
@@ -197,14 +260,27 @@ class Worker:
         self.stats.claimed += 1
         control = run_control(self.deps, c)
         control.shutdown = self._stopping
-        task = asyncio.create_task(self._execute(c, control), name=f"run-{c.run_id}")
+        # The run may be claimed again while its previous attempt's task is still ending
+        # (a parent woken by its children right after its `waiting` checkpoint): the new
+        # task waits for the old one, and each removes only its own entry. The old task
+        # once removed the new entry, so `until_idle` stopped with the new attempt still
+        # running and the pool closed under it (tests/test_shutdown.py).
+        before = self._inflight.get(c.run_id)
+        after = before.task if before is not None else None
+        task = asyncio.create_task(self._execute(c, control, after), name=f"run-{c.run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         self._inflight[c.run_id] = InFlight(c, control, task, time.perf_counter())
         metrics.set_slots(len(self._inflight), self.settings.worker_concurrency)
 
-    async def _execute(self, c: Claim, control: RunControl) -> None:
+    async def _execute(
+        self, c: Claim, control: RunControl, after: asyncio.Task[None] | None
+    ) -> None:
         current_run_id.set(c.run_id)  # this task's context only
         status = "lost"
         try:
+            if after is not None:
+                await asyncio.wait({after})
             outcome = await execute(self.deps, c, control)
             status = outcome.status if outcome else "lost"
             if outcome is not None and outcome.status == "failed":
@@ -214,13 +290,19 @@ class Worker:
             log.warning("lease lost; abandoning run", extra={"run_id": c.run_id})
         except asyncio.CancelledError:
             status = "abandoned"
+            if not control.lost:  # ours still: handed back at shutdown (_hand_back)
+                self._gave_up.append((c.run_id, c.attempt))
         except Exception:
             log.exception("run crashed", extra={"run_id": c.run_id})
             status = await self._fail_crashed(c, control)
         finally:
             if self.deps.text is not None:
                 self.deps.text.forget(c.run_id)
-            f = self._inflight.pop(c.run_id, None)
+            f = self._inflight.get(c.run_id)
+            if f is not None and f.task is asyncio.current_task():
+                del self._inflight[c.run_id]
+            else:
+                f = None  # a newer attempt of the run holds the entry
             self._wake.set()  # a slot is free: the claim loop looks again
             metrics.set_slots(len(self._inflight), self.settings.worker_concurrency)
             self._account(status, f)

@@ -173,6 +173,22 @@ FROM mine WHERE r.id = mine.id
 RETURNING r.id::text, r.attempt, r.cancel_requested
 """
 
+# Shutdown (run/worker.py `_hand_back`): the attempts a stopping worker gave up on
+# (cancelled after the grace) go back to the queue now, not when their lease expires,
+# and other workers are told. Not a lost lease: lost_count is unchanged. Fenced like
+# every write: this worker's lease, this attempt, still running.
+HAND_BACK = """
+WITH h AS (
+    UPDATE runs r SET status = 'queued', queued_at = now(),
+        lease_owner = NULL, lease_expires_at = NULL
+    FROM unnest($2::uuid[], $3::int[]) AS b(id, attempt)
+    WHERE r.id = b.id AND r.attempt = b.attempt AND r.lease_owner = $1
+      AND r.status = 'running'
+    RETURNING r.id
+)
+SELECT h.id::text, pg_notify('hango_runs', h.id::text) FROM h
+"""
+
 # Runs whose worker is gone: the lease expired, or (hand-edited) a running run
 # with no lease at all. Back to the queue, or failed after $1 lost leases (with
 # a run_finished event). Counted in bigint so a hand-edited lost_count cannot

@@ -94,6 +94,11 @@ LEASE_RECLAIMS = Counter(
 LEASE_LOST = Counter(
     "hango_lease_lost_total", "Run attempts abandoned because another worker took the lease."
 )
+RUNS_HANDED_BACK = Counter(
+    "hango_runs_handed_back_total",
+    "Runs a stopping worker cancelled mid-turn (past the shutdown grace) and handed back "
+    "to the queue at once instead of letting their lease expire.",
+)
 QUEUE_DEPTH = Gauge("hango_queue_depth", "Runs waiting in status queued.")
 QUEUE_OLDEST_AGE = Gauge(
     "hango_queue_oldest_age_seconds",

@@ -9,7 +9,6 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +16,14 @@ import jsonschema
 
 from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import ToolResultBlock, ToolSpec
+from hango_worker.tool.threads import DaemonThreads
 from hango_worker.vocab import ToolOutcome
 
 # Sync tool functions run here (a thread cannot be stopped: one that hangs holds its
-# thread until it returns, but never the event loop).
+# thread until it returns, but never the event loop, nor the worker's exit: daemon
+# threads, tool/threads.py).
 TOOL_THREADS = 16
-_THREADS = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="hango-tool")
+_THREADS = DaemonThreads(TOOL_THREADS, "hango-tool")
 # A tool call that has not finished after this many seconds is stopped and answered
 # with an error result (`Tool.timeout_s` overrides it per tool).
 DEFAULT_TOOL_TIMEOUT_S = 60.0
