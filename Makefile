@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock test-browser
+.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock test-browser test-stress
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,9 +22,16 @@ typecheck: $(STAMP)
 	$(BIN)/mypy hango_worker
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -x -p no:cacheprovider --ignore=tests/browser
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider --ignore=tests/browser --durations=25
 
 test: lint typecheck unit
+
+# The tests that start a worker, a subprocess or a server, round after round beside busy
+# processes on every core (tests/stress.py): races that only a starved CPU shows. Run it
+# before resolving anything that touches run/, store/ or service.py.
+STRESS_ARGS ?=
+test-stress: $(STAMP)
+	$(BIN)/python -m tests.stress $(STRESS_ARGS)
 
 # Alert rules: `promtool test rules` on deploy/prometheus/tests/*.yaml. promtool comes
 # from Debian's `prometheus` package, installed here when missing (needs root).

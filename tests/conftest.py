@@ -7,9 +7,12 @@ only to create and drop per-test databases).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -35,6 +38,58 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ["ANTHROPIC_OPEN_TELEMETRY"] = "false"
     for k in [k for k in os.environ if k.startswith("OTEL_")]:
         del os.environ[k]
+
+
+# -- a hang is a failure naming the test, with every stack ------------------------------
+# pytest-timeout (pyproject.toml: `timeout`, method "thread") ends the session when a test
+# outlives its timeout, after dumping every thread's stack. Most of the suite runs on one
+# event loop, where a hang is a task waiting forever, invisible in the thread stacks: this
+# timer names the test and prints every asyncio task's stack first.
+_LOOP: list[asyncio.AbstractEventLoop] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _session_loop() -> None:
+    """The suite's event loop, for the timeout's task dump."""
+    _LOOP[:] = [asyncio.get_running_loop()]
+
+
+def _dump_tasks(nodeid: str, seconds: float) -> None:
+    out = sys.stderr
+    out.write(f"\n+++ {nodeid} did not finish within {seconds:g}s +++\n")
+    for loop in _LOOP:
+        try:
+            tasks = asyncio.all_tasks(loop)
+        except RuntimeError as e:  # the loop's set changed meanwhile: best effort
+            out.write(f"(asyncio tasks not listed: {e})\n")
+            continue
+        for task in tasks:
+            out.write(f"--- asyncio task {task.get_name()} ---\n")
+            task.print_stack(file=out)
+    out.flush()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    if settings.method != "thread" or not settings.timeout:
+        return None
+    import pytest_timeout
+
+    def fire() -> None:
+        _dump_tasks(item.nodeid, settings.timeout)
+        pytest_timeout.timeout_timer(item, settings)  # thread stacks, then the exit
+
+    timer = threading.Timer(settings.timeout, fire)
+    timer.name = f"hango-test-timeout {item.nodeid}"
+    timer.daemon = True
+
+    def cancel() -> None:
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel  # type: ignore[attr-defined]
+    timer.start()
+    return True
 
 
 def with_database(dsn: str, name: str) -> str:

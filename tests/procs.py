@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +37,68 @@ def worker_env(dsn: str, script_path: Path, **over: str) -> dict[str, str]:
     return env
 
 
+# The longest a test waits for a worker process to exit once told to (its shutdown is
+# bounded by HANGO_SHUTDOWN_GRACE_S plus run/worker.py STOP_BOUND_S; this is a backstop
+# that turns a worker that never exits into a failure naming it, not a hung suite).
+PROC_WAIT_S = 60.0
+_STDERR: dict[int, tempfile._TemporaryFileWrapper[bytes]] = {}
+
+
 async def start_worker(
     env: dict[str, str], *, until_idle: bool = False
 ) -> asyncio.subprocess.Process:
+    """`hango-worker run` as a process. Its stderr goes to a file (`stderr_of`): a pipe
+    nobody reads fills up and blocks the worker on its next write."""
     args = ["-m", "hango_worker.cli", "run"] + (["--until-idle"] if until_idle else [])
-    return await asyncio.create_subprocess_exec(
+    err = tempfile.NamedTemporaryFile(prefix="hango-worker-stderr-")  # noqa: SIM115 - kept open
+    proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *args,
         env=env,
         stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=err,
     )
+    _STDERR[proc.pid] = err
+    return proc
+
+
+def stderr_of(proc: asyncio.subprocess.Process) -> str:
+    err = _STDERR.get(proc.pid)
+    if err is None:
+        return ""
+    with open(err.name, "rb") as f:
+        return f.read().decode(errors="replace")[-4000:]
+
+
+async def wait_exit(proc: asyncio.subprocess.Process, timeout: float = PROC_WAIT_S) -> int:
+    """The exit code, within `timeout`; a process still alive then is killed and the test
+    fails naming it, with the end of its stderr."""
+    try:
+        return await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.wait_for(proc.wait(), 10)
+        raise AssertionError(
+            f"worker process {proc.pid} did not exit within {timeout:g}s; its stderr:\n"
+            + stderr_of(proc)
+        ) from None
+
+
+async def stop_worker(
+    proc: asyncio.subprocess.Process,
+    sig: signal.Signals = signal.SIGTERM,
+    timeout: float = PROC_WAIT_S,
+) -> int:
+    """Send `sig` (if it still runs) and wait for it to exit, bounded (`wait_exit`)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+    return await wait_exit(proc, timeout)
+
+
+async def kill_worker(proc: asyncio.subprocess.Process) -> int:
+    return await stop_worker(proc, signal.SIGKILL, 10)
 
 
 async def setup_runs(

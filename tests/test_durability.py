@@ -12,10 +12,14 @@ import asyncpg
 from tests.procs import (
     attempts_shared_by_workers,
     executed_after_recorded,
+    kill_worker,
     setup_runs,
     start_worker,
+    stderr_of,
+    stop_worker,
     transcript,
     wait_all_finished,
+    wait_exit,
     worker_env,
 )
 from tests.worker_helpers import enqueue
@@ -27,7 +31,7 @@ async def test_kill_9_loses_nothing_and_never_reruns_a_completed_call(
     path, ids = await setup_runs(pool, tmp_path, n=1, turns=6)
     env = worker_env(dsn, path)
     ref = await start_worker(env, until_idle=True)
-    assert await asyncio.wait_for(ref.wait(), 60) == 0
+    assert await wait_exit(ref) == 0, stderr_of(ref)
     reference = await transcript(pool, ids[0])
     assert len(reference) == 14
     ids = [await enqueue(pool, "do the steps") for _ in range(24)]
@@ -38,8 +42,7 @@ async def test_kill_9_loses_nothing_and_never_reruns_a_completed_call(
         for _ in range(6):
             await asyncio.sleep(rng.uniform(0.3, 0.9))
             victim = workers.pop(rng.randrange(len(workers)))
-            victim.kill()
-            await victim.wait()
+            await kill_worker(victim)
             kills += 1
             workers.append(await start_worker(env))
         rows = await wait_all_finished(pool, ids, timeout=120)
@@ -47,7 +50,7 @@ async def test_kill_9_loses_nothing_and_never_reruns_a_completed_call(
         for w in workers:
             w.send_signal(signal.SIGTERM)
         for w in workers:
-            await asyncio.wait_for(w.wait(), 30)
+            await wait_exit(w)
     assert {r["status"] for r in rows} == {"succeeded"}
     for run_id in ids:
         assert await transcript(pool, run_id) == reference, run_id
@@ -86,12 +89,10 @@ async def test_a_paused_worker_writes_nothing_after_takeover(
             assert run["status"] == "succeeded" and run["attempt"] == 2
             assert await attempts_shared_by_workers(pool) == 0
         finally:
-            b.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(b.wait(), 30)
+            await stop_worker(b)
     finally:
         a.send_signal(signal.SIGCONT)
-        a.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(a.wait(), 30)
+        await stop_worker(a)
 
 
 async def _rows_by(pool: asyncpg.Pool, run_id: str, worker: str) -> list[object]:
@@ -124,14 +125,13 @@ async def test_sigterm_hands_runs_back_and_another_worker_finishes_them(
     async with asyncio.timeout(30):
         while await pool.fetchval("SELECT count(*) FROM chaos_exec") < 4:
             await asyncio.sleep(0.05)
-    a.send_signal(signal.SIGTERM)
-    assert await asyncio.wait_for(a.wait(), 20) == 0
+    assert await stop_worker(a) == 0, stderr_of(a)
     rows = await pool.fetch("SELECT status, lease_owner FROM runs WHERE id = ANY($1::uuid[])", ids)
     assert {r["status"] for r in rows} <= {"queued", "succeeded"}
     assert "queued" in {r["status"] for r in rows}, "runs in flight are handed back"
     assert all(r["lease_owner"] is None for r in rows)
     b = await start_worker(env, until_idle=True)
-    assert await asyncio.wait_for(b.wait(), 60) == 0
+    assert await wait_exit(b) == 0, stderr_of(b)
     rows = await wait_all_finished(pool, ids, timeout=5)
     assert {r["status"] for r in rows} == {"succeeded"}
     assert await executed_after_recorded(pool) == 0

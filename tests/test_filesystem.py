@@ -7,7 +7,6 @@ import asyncio
 import datetime
 import json
 import re
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from hango_worker.testing.chaos_tools import big_text, ensure_table
 from hango_worker.testing.memory import run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import agent, call, scripted
-from tests.procs import start_worker, wait_all_finished, worker_env
+from tests.procs import kill_worker, start_worker, stop_worker, wait_all_finished, worker_env
 from tests.worker_helpers import enqueue, make_agent, run_until_idle
 
 FILE_TOOLS = ["ls", "read_file", "grep", "write_file", "edit_file"]
@@ -341,14 +340,12 @@ async def test_5mb_result_and_a_written_file_survive_kill_9_and_resume_elsewhere
                 await asyncio.sleep(0.1)
         assert await pool.fetchval("SELECT count(*) FROM run_files") == 2
     finally:
-        a.kill()
-        await a.wait()
+        await kill_worker(a)
     b = await start_worker(env)
     try:
         (row,) = await wait_all_finished(pool, [run_id], timeout=240)
     finally:
-        b.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(b.wait(), 30)
+        await stop_worker(b)
     assert row["status"] == "succeeded", await pool.fetchval(
         "SELECT error::text FROM runs WHERE id = $1", run_id
     )

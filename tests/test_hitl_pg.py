@@ -20,7 +20,14 @@ from hango_worker.testing.chaos_tools import ensure_table
 from hango_worker.tool.registry import Registry
 from hango_worker.vocab import Decision
 from tests.helpers import call, recording_tool, scripted
-from tests.procs import start_worker, transcript, wait_all_finished, worker_env
+from tests.procs import (
+    kill_worker,
+    start_worker,
+    transcript,
+    wait_all_finished,
+    wait_exit,
+    worker_env,
+)
 from tests.test_cli import cli
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle, settings
 
@@ -57,7 +64,7 @@ async def test_approval_round_trip_through_the_cli_resumes_on_another_worker_pro
     await make_agent(pool, tools=["step_once"], config=GATED)
     run_id = await enqueue(pool, "do the step")
     a = await start_worker(env, until_idle=True)
-    assert await asyncio.wait_for(a.wait(), 60) == 0  # idle: the waiting run holds nothing
+    assert await wait_exit(a) == 0  # idle: the waiting run holds nothing
     row = await pool.fetchrow(
         "SELECT status, lease_owner, waiting_for FROM runs WHERE id = $1", run_id
     )
@@ -67,7 +74,7 @@ async def test_approval_round_trip_through_the_cli_resumes_on_another_worker_pro
     assert "waiting for approval" in shown and "toolu_step" in shown
     assert "queued again" in cli(dsn, "runs", "approve", run_id, "--call", "toolu_step").stdout
     b = await start_worker(env, until_idle=True)
-    assert await asyncio.wait_for(b.wait(), 60) == 0
+    assert await wait_exit(b) == 0
     run = await details(pool, run_id)
     assert run["status"] == "succeeded", run["error"]
     assert [r["pid"] for r in await executions(pool, "step_once")] == [b.pid]
@@ -88,7 +95,7 @@ async def test_an_approved_call_runs_exactly_once_across_kill_9(
     await make_agent(pool, tools=["pause_once"], config=GATED)
     run_id = await enqueue(pool, "pause")
     a = await start_worker(env, until_idle=True)
-    await asyncio.wait_for(a.wait(), 60)
+    await wait_exit(a)
     assert await status(pool, run_id) == "waiting"
     await decisions.decide(pool, T, run_id, Decision.APPROVE)
     if when == "right_after_approval":
@@ -108,14 +115,12 @@ async def test_an_approved_call_runs_exactly_once_across_kill_9(
                 await asyncio.sleep(0.01)
     finally:
         if when == "mid_execution":
-            b.kill()
-            await b.wait()
+            await kill_worker(b)
     c = await start_worker(env) if when == "mid_execution" else b
     try:
         (row,) = await wait_all_finished(pool, [run_id], timeout=180)
     finally:
-        c.kill()
-        await c.wait()
+        await kill_worker(c)
     assert row["status"] == "succeeded"
     ran = await executions(pool, "pause")
     assert len(ran) == 1  # never twice, and never lost

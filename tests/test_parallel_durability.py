@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from pathlib import Path
 
 import asyncpg
 
 from hango_worker.testing.chaos_tools import ensure_table
-from tests.procs import start_worker, transcript, wait_all_finished, worker_env
+from tests.procs import (
+    kill_worker,
+    start_worker,
+    stop_worker,
+    transcript,
+    wait_all_finished,
+    worker_env,
+)
 from tests.worker_helpers import enqueue, make_agent
 
 SCRIPT = [
@@ -54,8 +60,7 @@ async def test_kill_9_mid_parallel_batch_reruns_only_the_unfinished_calls(
             while len(await _executions(pool, run_id)) < 3 or await _recorded(pool, run_id) < 1:
                 await asyncio.sleep(0.05)
     finally:
-        victim.kill()
-        await victim.wait()
+        await kill_worker(victim)
     ids = [f"toolu_s0000_{i}" for i in range(3)]
     assert await _executions(pool, run_id) == dict.fromkeys(ids, 1)
     assert await _recorded(pool, run_id) == 1  # the two long ones were still running
@@ -63,8 +68,7 @@ async def test_kill_9_mid_parallel_batch_reruns_only_the_unfinished_calls(
     try:
         (row,) = await wait_all_finished(pool, [run_id], timeout=60)
     finally:
-        worker.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(worker.wait(), 30)
+        await stop_worker(worker)
     assert row["status"] == "succeeded"
     # the finished call ran once; the interrupted ones once more each (pause is idempotent)
     assert await _executions(pool, run_id) == {ids[0]: 1, ids[1]: 2, ids[2]: 2}

@@ -116,7 +116,7 @@ async def _producer_finishes(
     finally:
         if proc.returncode is None:
             proc.kill()
-            await proc.wait()
+            await asyncio.wait_for(proc.wait(), 10)
     assert proc.returncode == 0, err.decode()
     run_id = await pool.fetchval("SELECT id::text FROM runs WHERE idempotency_key = 'ticket-42'")
     assert out.decode().strip() == f"{run_id} succeeded It ships today."

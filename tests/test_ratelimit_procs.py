@@ -18,7 +18,7 @@ import asyncpg
 
 from hango_worker.store import ratelimits
 from hango_worker.testing.fake_anthropic import FakeAnthropic, FakeRateLimit
-from tests.procs import start_worker, wait_all_finished, worker_env
+from tests.procs import start_worker, stop_worker, wait_all_finished, worker_env
 from tests.worker_helpers import enqueue, make_agent
 
 RUNS = 20
@@ -50,10 +50,7 @@ async def _drain(pool: asyncpg.Pool, dsn: str, tmp: Path, limiter: bool) -> Fake
         try:
             rows = await wait_all_finished(pool, ids, timeout=120)
         finally:
-            for p in procs:
-                if p.returncode is None:
-                    p.terminate()
-            await asyncio.gather(*(p.wait() for p in procs))
+            await asyncio.gather(*(stop_worker(p) for p in procs))
     assert {r["status"] for r in rows} == {"succeeded"}
     return limit
 

@@ -106,5 +106,5 @@ async def test_healthz_answers_before_the_database_does(script: dict[str, str]) 
     finally:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        await proc.wait()
+        await asyncio.wait_for(proc.wait(), 10)
         silent.close()

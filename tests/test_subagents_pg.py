@@ -15,7 +15,7 @@ import pytest
 
 from hango_worker.store import repo
 from hango_worker.testing.chaos_tools import ensure_table
-from tests.procs import start_worker, wait_all_finished, worker_env
+from tests.procs import kill_worker, start_worker, wait_all_finished, wait_exit, worker_env
 
 T = repo.DEFAULT_TENANT_ID
 
@@ -81,7 +81,7 @@ async def finish(pool: asyncpg.Pool, env: dict[str, str], parent: str) -> None:
         for w in workers:
             w.send_signal(signal.SIGTERM)
         for w in workers:
-            await asyncio.wait_for(w.wait(), 30)
+            await wait_exit(w)
 
 
 @pytest.mark.parametrize("kill", ["a_child_running", "right_after_the_enqueue"])
@@ -102,8 +102,7 @@ async def test_kill_9_loses_no_child_and_runs_none_twice(
                     break
                 await asyncio.sleep(0.01)
     finally:
-        a.kill()
-        await a.wait()
+        await kill_worker(a)
     await finish(pool, env, parent)
     kids = await children(pool, parent)
     assert [k["parent_tool_use_id"] for k in kids] == [f"toolu_task_{i}" for i in range(3)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.procs import start_worker, wait_all_finished, worker_env
+from tests.procs import start_worker, stop_worker, wait_all_finished, worker_env
 from tests.tenant_helpers import bulk_enqueue, tenant_with_agent
 
 LIMITED_RUNS = 50
@@ -46,10 +46,7 @@ async def test_three_workers_never_run_more_than_a_tenants_max_running(
         rows = await wait_all_finished(pool, ids, timeout=120)
     finally:
         stop.set()
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            await p.wait()
+        await asyncio.gather(*(stop_worker(p) for p in procs))
     seen_limited, seen_free = await sampling
     assert {r["status"] for r in rows} == {"succeeded"}
     print(f"max running: limited {max(seen_limited)} (of 2), free {max(seen_free)}")

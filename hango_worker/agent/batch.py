@@ -36,7 +36,7 @@ from hango_worker.provider.types import Message, StopReason, ToolUseBlock
 from hango_worker.telemetry import genai, metrics
 from hango_worker.telemetry.tracing import current_turn_span, turn_span
 from hango_worker.tool.registry import View
-from hango_worker.tool.types import Tool, ToolContext, ToolResult
+from hango_worker.tool.types import STOP_GRACE_S, Tool, ToolContext, ToolResult
 
 
 class Waiting(Exception):
@@ -217,7 +217,9 @@ class ToolBatches:
         except BaseException:  # a failed record (fenced), or the attempt itself cancelled
             for t in tasks:
                 t.cancel()
-            await asyncio.wait(tasks)
+            # each call stops within its tool's grace (tool.types.stop_task); bounded all
+            # the same, so a stopping worker is never held here
+            await asyncio.wait(tasks, timeout=2 * STOP_GRACE_S)
             raise
 
     async def _run_call(

@@ -31,8 +31,9 @@ class Listener:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # asyncio.wait, not `suppress(CancelledError): await`: that would also swallow
+            # a cancel of stop() itself (a bounded shutdown step given up: run/bounded.py)
+            await asyncio.wait({self._task})
 
     def _notified(self, conn: object, pid: int, channel: str, payload: str) -> None:
         if channel == NOTIFY_CHANNEL:

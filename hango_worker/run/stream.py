@@ -77,8 +77,7 @@ class TextPublisher:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait({self._task})  # a cancel of stop() itself still propagates
         with contextlib.suppress(Exception):
             await self.flush()
 

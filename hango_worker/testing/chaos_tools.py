@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -73,6 +75,14 @@ async def _pause(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult("paused")
 
 
+def _hang(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """A plain (sync) tool stuck in its thread: it touches `marker` (a file the test
+    watches), then blocks for `seconds` (default an hour), as on a dead socket."""
+    Path(str(args["marker"])).touch()
+    time.sleep(float(args.get("seconds", 3600.0)))
+    return ToolResult("woke up")
+
+
 def big_text(size: int, width: int = 200) -> str:
     """Exactly `size` bytes of numbered ASCII lines of `width` bytes (newline included):
     the same text every time, so a test can rebuild what a tool returned."""
@@ -112,6 +122,17 @@ TOOLS = [
         "Sleeps; never re-run after a crash.",
         {"type": "object", "properties": {"seconds": {"type": "number"}}},
         _pause,
+        idempotent=False,
+    ),
+    Tool(
+        "hang",
+        "Blocks its thread.",
+        {
+            "type": "object",
+            "properties": {"marker": {"type": "string"}, "seconds": {"type": "number"}},
+            "required": ["marker"],
+        },
+        _hang,
         idempotent=False,
     ),
     Tool(
