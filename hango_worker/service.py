@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 
 READY_CACHE_S = 1.0  # concurrent and back-to-back /readyz probes share one check
 TRACING_FLUSH_S = 5.0  # the spans still buffered at exit get this long to export
+# After the worker returned: the pool, endpoint and client close (CLOSE_WAIT_S), the
+# spans export (TRACING_FLUSH_S), then the interpreter exits. The watchdog ends the
+# process if all that has not happened AFTER_RUN_S after the worker returned, or
+# `HANGO_SHUTDOWN_GRACE_S` + PROCESS_BOUND_S after the signal.
+AFTER_RUN_S = CLOSE_WAIT_S + TRACING_FLUSH_S + 5.0
+PROCESS_BOUND_S = STOP_BOUND_S + AFTER_RUN_S
 # `hango-worker run` exits with this code when its own shutdown outlasted its bound
 # (the watchdog below: something did not stop; the log says what was abandoned).
 STUCK_EXIT = 6
@@ -165,7 +171,7 @@ async def serve(
         return await worker.run(until_idle=until_idle)
     finally:
         if install_signals:
-            watchdog.arm(STOP_BOUND_S)
+            watchdog.arm(AFTER_RUN_S)
         await _close_all(server, pool, provider if own_provider else None)
         if tracing is not None:
             await _in_daemon_thread(tracing.shutdown, TRACING_FLUSH_S, "exporting the last spans")
@@ -175,7 +181,7 @@ def _install_signals(worker: Worker, watchdog: ExitWatchdog, grace_s: float) -> 
     """SIGTERM/SIGINT: the worker's shutdown, with the process's bound armed."""
 
     def on_signal() -> None:
-        watchdog.arm(grace_s + STOP_BOUND_S)
+        watchdog.arm(grace_s + PROCESS_BOUND_S)
         worker.request_shutdown()
 
     loop = asyncio.get_running_loop()

@@ -1,7 +1,7 @@
 """`hango-worker run` processes stopped by SIGTERM at the worst moments: during a tool
 call stuck in its thread, during a wait for the fleet rate limit, while the database
 keeps the run's writes waiting. Each time the process exits by itself (code 0, not the
-watchdog's STUCK_EXIT) within HANGO_SHUTDOWN_GRACE_S + STOP_BOUND_S, and no run it held
+watchdog's STUCK_EXIT) within HANGO_SHUTDOWN_GRACE_S + PROCESS_BOUND_S, and no run it held
 is left `running` without a lease that expires (docs/system-architecture.md,
 "Graceful shutdown")."""
 
@@ -14,14 +14,14 @@ from typing import Any
 
 import asyncpg
 
-from hango_worker.run.worker import STOP_BOUND_S
+from hango_worker.service import PROCESS_BOUND_S
 from hango_worker.store import ratelimits
 from hango_worker.testing.chaos_tools import ensure_table
 from tests.procs import start_worker, stderr_of, stop_worker, wait_all_finished, worker_env
 from tests.worker_helpers import enqueue, make_agent
 
 GRACE_S = 1.0
-BOUND_S = GRACE_S + STOP_BOUND_S  # what the worker promises
+BOUND_S = GRACE_S + PROCESS_BOUND_S  # what `hango-worker run` promises
 
 
 async def _setup(pool: asyncpg.Pool, tmp: Path, turns: list[dict[str, Any]], tools: list[str]):
@@ -81,7 +81,7 @@ async def test_sigterm_during_a_wait_for_the_rate_limit(
         )
 
     await _until(refused)
-    assert await stop_worker(a, timeout=30 + STOP_BOUND_S + 10) == 0, stderr_of(a)
+    assert await stop_worker(a, timeout=30 + PROCESS_BOUND_S + 10) == 0, stderr_of(a)
     r = await _row(pool, run_id)
     assert (r["status"], r["lease_owner"], r["lost_count"]) == ("queued", None, 0)
     last = await pool.fetchval(
