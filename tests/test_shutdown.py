@@ -327,3 +327,32 @@ async def test_a_write_is_not_retried_once_its_pool_is_closing(dsn: str) -> None
         await with_reconnect(op, deadline_s=30, what="checkpoint", pool=p)
     assert tries == 1, "a closing pool was waited on"
     await closing
+
+
+def test_sync_tools_run_on_at_most_n_daemon_threads_that_never_hold_the_exit() -> None:
+    import threading
+    from concurrent.futures import wait
+
+    from hango_worker.tool.threads import DaemonThreads
+
+    pool = DaemonThreads(2, "t")
+    gate = threading.Event()
+    seen: list[tuple[str, bool]] = []
+
+    def job(n: int) -> int:
+        seen.append((threading.current_thread().name, threading.current_thread().daemon))
+        gate.wait(10)
+        return n * 2
+
+    def boom() -> None:
+        raise ValueError("the tool's own error")
+
+    futures = [pool.submit(job, n) for n in range(3)]
+    failed = pool.submit(boom)
+    gate.set()
+    wait([*futures, failed], timeout=10)
+    assert [f.result() for f in futures] == [0, 2, 4]
+    with pytest.raises(ValueError, match="the tool's own error"):
+        failed.result()
+    assert {name for name, _ in seen} <= {"t_0", "t_1"}, "more threads than max_workers"
+    assert all(daemon for _, daemon in seen)
