@@ -69,7 +69,12 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
     kind = block.get("type")
     if kind == "text":
         who = p("assistant", BOLD, CYAN) if role == "assistant" else p("user", BOLD)
-        return [f"{who}: {safe(block.get('text', ''))}"]
+        lines = [f"{who}: {safe(block.get('text', ''))}"]
+        cites = block.get("citations")
+        if isinstance(cites, list) and cites:
+            where = [c.get("url") or c.get("document_title") for c in cites if isinstance(c, dict)]
+            lines.append(p(f"  ({len(cites)} citations: {short(where)})", DIM))
+        return lines
     if kind == "tool_use":
         return [p(f"  → {safe(block.get('name'))}({short(block.get('input'))})", YELLOW)]
     if kind == "tool_result":
@@ -77,7 +82,11 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
         return [mark + short(block.get("content", ""))]
     if kind == "thinking":
         return [p(f"  (thinking) {short(block.get('thinking', ''))}", DIM)]
-    return [p(f"  [{safe(kind)}]", DIM)]
+    if kind == "server_tool_use":
+        return [p(f"  ⇢ {safe(block.get('name'))}({short(block.get('input'))})", YELLOW)]
+    # any other block (a server tool's result, redacted thinking, a type added later)
+    rest = {k: v for k, v in block.items() if k != "type"}
+    return [p(f"  [{safe(kind)}] {short(rest, 120)}", DIM)]
 
 
 def _print_waiting(p: Painter, w: dict[str, Any], since: Any, until: Any) -> None:

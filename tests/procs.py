@@ -112,6 +112,20 @@ async def setup_runs(
     return path, ids
 
 
+async def wait_listening(pool: asyncpg.Pool, n: int, timeout: float = PROC_WAIT_S) -> None:
+    """Until `n` workers listen for new runs (each one's LISTEN connection): started
+    processes are ready at different moments, most of all on a busy machine."""
+    async with asyncio.timeout(timeout):
+        while (
+            await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query LIKE 'LISTEN %'"
+            )
+            < n
+        ):
+            await asyncio.sleep(0.05)
+
+
 async def wait_all_finished(pool: asyncpg.Pool, ids: list[str], timeout: float) -> list[Any]:
     async with asyncio.timeout(timeout):
         while True:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.procs import start_worker, stop_worker, wait_all_finished, worker_env
+from tests.procs import start_worker, stop_worker, wait_all_finished, wait_listening, worker_env
 from tests.tenant_helpers import bulk_enqueue, tenant_with_agent
 
 LIMITED_RUNS = 50
@@ -35,18 +35,23 @@ async def test_three_workers_never_run_more_than_a_tenants_max_running(
     script.write_text(json.dumps([{"text": "done", "delay_s": 0.2}]))
     limited = await tenant_with_agent(pool, "limited", max_running=2)
     free = await tenant_with_agent(pool, "free")
-    await bulk_enqueue(pool, limited, LIMITED_RUNS)
-    await bulk_enqueue(pool, free, FREE_RUNS)
-    ids = [r["id"] for r in await pool.fetch("SELECT id::text FROM runs")]
     env = worker_env(dsn, script, HANGO_WORKER_CONCURRENCY="4", HANGO_POLL_INTERVAL_S="0.05")
-    stop = asyncio.Event()
-    sampling = asyncio.gather(_sample(pool, limited, stop), _sample(pool, free, stop))
     procs = [await start_worker(env) for _ in range(3)]
+    stop = asyncio.Event()
+    sampling = None
     try:
+        # all three ready before the work arrives: on a busy machine the first one up
+        # could otherwise drain the limited tenant alone before the others start
+        await wait_listening(pool, 3)
+        await bulk_enqueue(pool, limited, LIMITED_RUNS)
+        await bulk_enqueue(pool, free, FREE_RUNS)
+        ids = [r["id"] for r in await pool.fetch("SELECT id::text FROM runs")]
+        sampling = asyncio.gather(_sample(pool, limited, stop), _sample(pool, free, stop))
         rows = await wait_all_finished(pool, ids, timeout=120)
     finally:
         stop.set()
         await asyncio.gather(*(stop_worker(p) for p in procs))
+    assert sampling is not None
     seen_limited, seen_free = await sampling
     assert {r["status"] for r in rows} == {"succeeded"}
     print(f"max running: limited {max(seen_limited)} (of 2), free {max(seen_free)}")

@@ -26,7 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from hango_worker.agent.context import ContextEstimate, message_chars
 from hango_worker.agent.offload import offloaded
 from hango_worker.agent.spec import AgentConfig
-from hango_worker.provider.types import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from hango_worker.provider.types import (
+    Block,
+    Message,
+    RawBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    compact_json,
+)
 
 RUNGS = ("clear_tool_results", "sliding_window", "summary")
 DEFAULT_TRIGGER = 0.8
@@ -214,6 +222,8 @@ def _render_block(b: Block) -> str:
         text = f"(calls {b.name} {json.dumps(b.input, separators=(',', ':'))})"
     elif isinstance(b, ToolResultBlock):
         text = f"(result{' error' if b.is_error else ''}, {len(b.content)} chars) {b.content}"
+    elif isinstance(b, RawBlock) and b.type != "redacted_thinking":  # server tools' use, results
+        text = f"({b.type} {compact_json(b.data)})"
     else:
         return ""
     return text if len(text) <= _BLOCK_CAP else text[:_BLOCK_CAP] + " […]"

@@ -25,6 +25,7 @@ from hango_worker.provider.types import (
     ToolSpec,
     ToolUseBlock,
     Usage,
+    compact_json,
 )
 
 # Every current Claude model has a 200k-token window. Sonnet 4 / 4.5 offer 1M tokens
@@ -71,7 +72,7 @@ def block_chars(b: Block) -> int:
         return len(b.name) + len(json.dumps(b.input, separators=(",", ":")))
     if isinstance(b, ThinkingBlock):
         return len(b.thinking) + len(b.signature)
-    return 0
+    return len(compact_json(b.to_dict()))  # a RawBlock: its JSON as sent
 
 
 def message_chars(m: Message) -> int:

@@ -35,6 +35,7 @@ from hango_worker.provider.types import (
     Block,
     CacheControl,
     Message,
+    RawBlock,
     Request,
     TextBlock,
     ThinkingBlock,
@@ -53,8 +54,9 @@ def cache_control(ttl: CacheTTL) -> CacheControl:
 
 
 def _markable(block: Block) -> bool:
-    """The API refuses cache_control on thinking blocks and on empty text blocks."""
-    if isinstance(block, ThinkingBlock):
+    """The API refuses cache_control on thinking blocks and on empty text blocks; a
+    RawBlock is never edited (it goes back exactly as the API returned it)."""
+    if isinstance(block, ThinkingBlock | RawBlock):
         return False
     return not (isinstance(block, TextBlock) and not block.text)
 

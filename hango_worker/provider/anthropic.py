@@ -1,12 +1,13 @@
 """AnthropicProvider: Claude through the official `anthropic` SDK (2.x), streaming.
 
 One `complete()` is one `messages.create(stream=True)` call. The raw stream
-events are folded into our types as they arrive: text (each text delta is
-handed to `on_text`, and nothing else is done per delta), tool_use with its
-partial JSON (a call cut off by `max_tokens` mid-arguments comes back with
-`complete=False` and `input={}`; it must not be executed), thinking blocks
-with their signature, every stop reason, usage including the cache counters,
-the response id and model, and the time to the first streamed chunk.
+events are folded into our types as they arrive (provider/accumulate.py): every
+content block whole, as the API returned it (text with its citations, tool_use
+with its partial JSON, thinking with its signature, and every other type kept
+as it came; each text delta is handed to `on_text`), every stop reason, usage
+including the cache counters, the response id and model, and the time to the
+first streamed chunk. A call cut off by `max_tokens` mid-arguments comes back
+with `complete=False` and `input={}`; it must not be executed.
 
 Errors become `ModelError`:
 
@@ -55,34 +56,18 @@ from typing import Any
 
 import anthropic
 import httpx2
-from anthropic.types import (
-    InputJSONDelta,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    RawMessageStreamEvent,
-    SignatureDelta,
-    TextDelta,
-    ThinkingDelta,
-)
+from anthropic.types import RawMessageStreamEvent
 
-from hango_worker.provider.sanitize import clean_message, clean_text, record_sanitized
+from hango_worker.provider.accumulate import Accumulator
+from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import (
     Block,
     Message,
     ModelError,
     Request,
     Response,
-    StopReason,
-    TextBlock,
     TextSink,
-    ThinkingBlock,
     ToolResultBlock,
-    ToolUseBlock,
-    Usage,
-    tool_input,
 )
 from hango_worker.vocab import FATAL_MODEL_ERROR_TYPES, ErrorType
 
@@ -96,7 +81,6 @@ _TYPE_BY_STATUS = {
     429: ErrorType.RATE_LIMIT_ERROR,
     529: ErrorType.OVERLOADED_ERROR,
 }
-_STOP_REASONS = {s.value: s for s in StopReason}
 REDACTED = "[redacted]"
 # Anthropic API keys, wherever they turn up (e.g. a proxy echoing one in a header).
 _KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}")
@@ -148,7 +132,7 @@ class AnthropicProvider:
 
     async def _complete(self, request: Request, on_text: TextSink | None) -> Response:
         started = time.perf_counter()
-        acc = _Accumulator(on_text)
+        acc = Accumulator(on_text)
         try:
             stream = await self._create(request)
             limits = rate_limit_headers(stream.response.headers)
@@ -268,7 +252,7 @@ def _results_not_first(content: list[Block]) -> bool:
 
 
 async def _consume(
-    stream: anthropic.AsyncStream[RawMessageStreamEvent], acc: _Accumulator, started: float
+    stream: anthropic.AsyncStream[RawMessageStreamEvent], acc: Accumulator, started: float
 ) -> None:
     async for event in stream:
         if acc.first_chunk_s is None:
@@ -283,148 +267,6 @@ async def _consume(
                 f"({type(e).__name__})",
                 retryable=True,
             ) from None
-
-
-class _Accumulator:
-    """Folds raw stream events into a Response. `feed` is the per-event hot path."""
-
-    __slots__ = ("_blocks", "_parts", "_usage", "first_chunk_s", "id", "model", "on_text", "stop")
-
-    def __init__(self, on_text: TextSink | None) -> None:
-        self.on_text = on_text
-        self._blocks: dict[int, Block] = {}
-        self._parts: dict[int, list[str]] = {}
-        self._usage = Usage()
-        self.stop: str | None = None
-        self.id = ""
-        self.model = ""
-        self.first_chunk_s: float | None = None
-
-    def feed(self, event: RawMessageStreamEvent) -> None:
-        if isinstance(event, RawContentBlockDeltaEvent):
-            delta = event.delta
-            parts = self._parts.get(event.index)
-            if parts is None:
-                return  # a block we do not keep (server tools, redacted thinking)
-            if isinstance(delta, TextDelta):
-                parts.append(delta.text)
-                if self.on_text is not None:
-                    self.on_text(delta.text)
-            elif isinstance(delta, InputJSONDelta):
-                parts.append(delta.partial_json)
-            elif isinstance(delta, ThinkingDelta):
-                parts.append(delta.thinking)
-            elif isinstance(delta, SignatureDelta):
-                block = self._blocks.get(event.index)
-                if isinstance(block, ThinkingBlock):
-                    block.signature += delta.signature
-        elif isinstance(event, RawContentBlockStartEvent):
-            self._start(event)
-        elif isinstance(event, RawContentBlockStopEvent):
-            self._finish(event.index)
-        elif isinstance(event, RawMessageStartEvent):
-            self._message_start(event)
-        elif isinstance(event, RawMessageDeltaEvent):
-            self._message_delta(event)
-
-    def _start(self, event: RawContentBlockStartEvent) -> None:
-        cb = event.content_block
-        block: Block
-        if cb.type == "text":
-            block = TextBlock(text=cb.text)
-        elif cb.type == "thinking":
-            block = ThinkingBlock(thinking=cb.thinking, signature=cb.signature)
-        elif cb.type == "tool_use":
-            args, problem = tool_input({} if cb.input is None else cb.input)
-            block = ToolUseBlock(id=cb.id, name=cb.name, input=args, input_error=problem)
-        else:
-            return  # server-tool and redacted blocks have no counterpart in our types
-        self._blocks[event.index] = block
-        self._parts[event.index] = []
-
-    def _finish(self, index: int) -> None:
-        block = self._blocks.get(index)
-        parts = self._parts.pop(index, None)
-        if block is None or parts is None:
-            return
-        if isinstance(block, TextBlock):
-            block.text += "".join(parts)
-        elif isinstance(block, ThinkingBlock):
-            block.thinking += "".join(parts)
-        elif isinstance(block, ToolUseBlock):
-            _set_tool_input(block, "".join(parts))
-
-    def _message_start(self, event: RawMessageStartEvent) -> None:
-        msg = event.message
-        self.id = msg.id
-        self.model = msg.model
-        u = msg.usage
-        self._usage = Usage(
-            input_tokens=u.input_tokens,
-            output_tokens=u.output_tokens,
-            cache_read_input_tokens=u.cache_read_input_tokens or 0,
-            cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
-            # the 1 h part of the writes (only message_start carries the split)
-            cache_creation_1h_input_tokens=(
-                u.cache_creation.ephemeral_1h_input_tokens if u.cache_creation else 0
-            ),
-        )
-
-    def _message_delta(self, event: RawMessageDeltaEvent) -> None:
-        if event.delta.stop_reason is not None:
-            self.stop = event.delta.stop_reason
-        u = event.usage
-        self._usage.output_tokens = u.output_tokens
-        if u.input_tokens is not None:
-            self._usage.input_tokens = u.input_tokens
-        if u.cache_read_input_tokens is not None:
-            self._usage.cache_read_input_tokens = u.cache_read_input_tokens
-        if u.cache_creation_input_tokens is not None:
-            self._usage.cache_creation_input_tokens = u.cache_creation_input_tokens
-
-    def response(self, requested_model: str) -> Response:
-        if self.stop is None:
-            raise ModelError(
-                ErrorType.API_CONNECTION_ERROR,
-                "the response stream ended before the message was complete",
-                retryable=True,
-            )
-        stop = _STOP_REASONS.get(self.stop)
-        if stop is None:
-            raise ModelError(
-                "unsupported_stop_reason",
-                f"the API stopped with {self.stop!r}, which this worker does not know",
-                retryable=False,
-            )
-        for index in list(self._parts):  # blocks the stream never closed
-            self._finish(index)
-            block = self._blocks[index]
-            if isinstance(block, ToolUseBlock):
-                block.complete, block.input = False, {}
-        message = Message(role="assistant", content=list(self._blocks.values()))
-        record_sanitized("model_output", clean_message(message))
-        return Response(
-            message=message,
-            stop_reason=stop,
-            usage=self._usage,
-            id=self.id,
-            model=self.model or requested_model,
-            time_to_first_chunk_s=self.first_chunk_s,
-        )
-
-
-def _set_tool_input(block: ToolUseBlock, raw: str) -> None:
-    """Parse the streamed arguments. Unparseable JSON (a cut-off, or garbage) marks the
-    call incomplete; JSON that is not an object is answered to the model as an error."""
-    if not raw:
-        return  # no argument deltas: the input sent with content_block_start stands
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        block.complete, block.input = False, {}
-        block.input_error = "its arguments are not valid JSON"
-        return
-    block.input, block.input_error = tool_input(value)
 
 
 # -- errors --------------------------------------------------------------------------------

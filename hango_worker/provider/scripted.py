@@ -5,7 +5,11 @@ A script is a JSON list of turns::
     [{"text": "Let me check.", "tool_calls": [{"name": "current_time", "input": {}}]},
      {"text": "It is noon."}]
 
-Optional per-turn keys: ``thinking`` (a thinking block), ``stop_reason``,
+Optional per-turn keys: ``thinking`` (a thinking block), ``blocks`` (content
+blocks of any type, each a JSON object given as the API would return it:
+redacted_thinking, server_tool_use, web_search_tool_result, a text block with
+citations, a type nobody knows yet; they come after the thinking and before the
+text and tool calls, and are kept and sent back exactly), ``stop_reason``,
 ``delay_s`` (sleep before answering), ``usage`` and ``error``
 (``{"type": ..., "message": ..., "retryable": bool}`` raised as a ModelError).
 
@@ -39,6 +43,7 @@ from hango_worker.provider.types import (
     ThinkingBlock,
     ToolUseBlock,
     Usage,
+    block_from_dict,
     tool_input,
 )
 from hango_worker.vocab import ErrorType
@@ -66,6 +71,7 @@ class ScriptedTurn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = ""
     thinking: str | None = None
+    blocks: list[dict[str, Any]] = Field(default_factory=list)
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     stop_reason: StopReason | None = None
     delay_s: float = 0.0
@@ -153,6 +159,8 @@ class ScriptedProvider:
         content: list[Block] = []
         if turn.thinking is not None:
             content.append(ThinkingBlock(thinking=turn.thinking, signature=f"scripted-{index}"))
+        # a copy each time (json round trip): a block is never shared between responses
+        content += [block_from_dict(json.loads(json.dumps(b))) for b in turn.blocks]
         if turn.text:
             for chunk in word_chunks(turn.text):
                 if first_chunk is None:

@@ -3,6 +3,13 @@
 Plain slotted dataclasses: they are built on every turn, so they stay cheap.
 `to_dict()` gives the API / storage shape (what `messages.content` holds in
 Postgres); `message_from_dict` rebuilds typed messages from it.
+
+Claude's content is opaque: every block is kept as the API returned it and sent back
+the same JSON value (docs/system-architecture.md, "Content blocks"). The blocks hango
+reads (text, tool_use, tool_result, thinking) are typed, and each keeps the fields it
+does not model in `extra` (a text block's `citations`, fields added later); every other
+block type (redacted_thinking, server tools' use and results, compaction, a type added
+after this code) is a `RawBlock` holding its whole JSON object.
 """
 
 from __future__ import annotations
@@ -68,9 +75,13 @@ CacheControl: TypeAlias = dict[str, str]
 class TextBlock:
     text: str
     cache_control: CacheControl | None = None
+    # the fields of the API's block beyond type and text (`citations`, …), as received
+    extra: dict[str, JSON] | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         d: dict[str, JSON] = {"type": "text", "text": self.text}
+        if self.extra:
+            d.update(self.extra)
         if self.cache_control is not None:
             d["cache_control"] = dict(self.cache_control)
         return d
@@ -88,10 +99,13 @@ class ToolUseBlock:
     # such a call is not executed: the model gets this as an error result. Not stored.
     input_error: str | None = None
     cache_control: CacheControl | None = None  # request copies only
+    extra: dict[str, JSON] | None = None  # the API's other fields, as received
 
     def to_dict(self) -> dict[str, JSON]:
         d: dict[str, JSON] = {"type": "tool_use", "id": self.id, "name": self.name}
         d["input"] = self.input
+        if self.extra:
+            d.update(self.extra)
         if self.cache_control is not None:
             d["cache_control"] = dict(self.cache_control)
         return d
@@ -139,12 +153,36 @@ class ToolResultBlock:
 class ThinkingBlock:
     thinking: str
     signature: str = ""
+    extra: dict[str, JSON] | None = None  # the API's other fields, as received
 
     def to_dict(self) -> dict[str, JSON]:
-        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+        d: dict[str, JSON] = {
+            "type": "thinking",
+            "thinking": self.thinking,
+            "signature": self.signature,
+        }
+        if self.extra:
+            d.update(self.extra)
+        return d
 
 
-Block: TypeAlias = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
+@dataclass(slots=True)
+class RawBlock:
+    """A block of a type hango does not read (redacted_thinking, server_tool_use and the
+    server tools' results, compaction, container_upload, a type added after this code):
+    its whole JSON object as the API returned it, sent back as it is. Never edited."""
+
+    data: dict[str, JSON]
+
+    @property
+    def type(self) -> str:
+        return str(self.data.get("type"))
+
+    def to_dict(self) -> dict[str, JSON]:
+        return self.data
+
+
+Block: TypeAlias = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RawBlock
 
 
 @dataclass(slots=True)
@@ -170,13 +208,37 @@ def _result_content(raw: JSON) -> str:
     return str(raw)
 
 
+# The keys each typed block models; the others go to its `extra`. `cache_control` is
+# never kept: breakpoints are set on request copies only (agent/mw_prompt_cache.py).
+_MODELLED = {
+    "text": frozenset(("type", "text", "cache_control")),
+    "tool_use": frozenset(("type", "id", "name", "input", "cache_control")),
+    "thinking": frozenset(("type", "thinking", "signature", "cache_control")),
+}
+
+
+def _extra(d: dict[str, JSON], kind: str) -> dict[str, JSON] | None:
+    modelled = _MODELLED[kind]
+    if len(d) <= len(modelled) and d.keys() <= modelled:
+        return None
+    return {k: v for k, v in d.items() if k not in modelled} or None
+
+
 def block_from_dict(d: dict[str, JSON]) -> Block:
-    """Rebuild a block from its API/storage shape; raises ValueError on unknown types."""
+    """Rebuild a block from its API/storage shape. A type hango does not read becomes a
+    RawBlock (kept whole); ValueError only for what is not a block (no string `type`)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a content block must be a JSON object, got {type(d).__name__}")
     kind = d.get("type")
     if kind == "text":
-        return TextBlock(text=str(d["text"]))
+        return TextBlock(text=str(d["text"]), extra=_extra(d, "text"))
     if kind == "tool_use":
-        return ToolUseBlock(id=str(d["id"]), name=str(d["name"]), input=dict(d.get("input") or {}))
+        return ToolUseBlock(
+            id=str(d["id"]),
+            name=str(d["name"]),
+            input=dict(d.get("input") or {}),
+            extra=_extra(d, "tool_use"),
+        )
     if kind == "tool_result":
         return ToolResultBlock(
             tool_use_id=str(d["tool_use_id"]),
@@ -184,8 +246,16 @@ def block_from_dict(d: dict[str, JSON]) -> Block:
             is_error=bool(d.get("is_error", False)),
         )
     if kind == "thinking":
-        return ThinkingBlock(thinking=str(d["thinking"]), signature=str(d.get("signature", "")))
-    raise ValueError(f"unknown content block type {kind!r}")
+        return ThinkingBlock(
+            thinking=str(d["thinking"]),
+            signature=str(d.get("signature", "")),
+            extra=_extra(d, "thinking"),
+        )
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"a content block needs a string 'type', got {kind!r}")
+    if "cache_control" in d:
+        d = {k: v for k, v in d.items() if k != "cache_control"}
+    return RawBlock(d)
 
 
 def message_from_dict(d: dict[str, JSON]) -> Message:

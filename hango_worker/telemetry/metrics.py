@@ -94,6 +94,11 @@ LEASE_RECLAIMS = Counter(
 LEASE_LOST = Counter(
     "hango_lease_lost_total", "Run attempts abandoned because another worker took the lease."
 )
+STREAM_UNKNOWN_DELTAS = Counter(
+    "hango_stream_unknown_deltas_total",
+    "Stream deltas of a type this worker does not know, merged into their block by the "
+    "rule every known delta follows (provider/accumulate.py).",
+)
 RUNS_HANDED_BACK = Counter(
     "hango_runs_handed_back_total",
     "Runs a stopping worker cancelled mid-turn (past the shutdown grace) and handed back "

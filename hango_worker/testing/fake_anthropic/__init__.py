@@ -19,9 +19,13 @@ given: then another key gets a 401), and records every request it receives
 (`requests`: body and headers).
 
 **Script.** A list of turns in the scripted model's format (`ScriptedTurn`:
-``text``, ``tool_calls``, ``thinking``, ``stop_reason``, ``usage``,
+``text``, ``tool_calls``, ``thinking``, ``blocks``, ``stop_reason``, ``usage``,
 ``delay_s``, ``error``) plus ``faults``, ``chunk_delay_s`` and
-``stop_sequence``. As in the scripted model, turn N answers a request whose
+``stop_sequence``. ``blocks`` are content blocks of any type, streamed as the API
+streams them: a text block's ``citations`` as ``citations_delta`` frames, a
+``server_tool_use`` input as ``input_json_delta``, every other block whole in its
+``content_block_start`` (redacted_thinking, server tools' results, compaction, a
+type nobody knows yet). As in the scripted model, turn N answers a request whose
 history holds N assistant messages, and tool_use ids are
 ``toolu_s{N:04d}_{j}``, so the same script gives the same transcript through
 either model. ``"stop_reason": "max_tokens"`` on a turn that ends with a
@@ -49,6 +53,14 @@ them in the turn (``"faults": [...]``) or as entries of their own just before
 it in the list. ``fake.inject(...)`` queues faults for the next requests,
 whatever the turn. Slow streams: ``chunk_delay_s`` (per turn or for the whole
 server) sleeps before every SSE frame.
+
+**Round trips.** Every assistant message the fake returns is remembered, and a
+request that sends one back changed in any way (a block dropped, reordered or
+edited; `cache_control` aside) gets a 400 naming the first difference; with
+``thinking`` on, a tool loop whose assistant message does not start with its
+thinking gets the API's 400 (`roundtrip.py`). ``fake.hold_after_first_delta()``
+holds the next stream after its first content delta until the event it returns
+is set: a stream provably still going while the client reads it.
 
 **Validation,** with the real API's messages: empty ``messages``; a
 ``tool_use`` not answered by ``tool_result`` blocks first in the next user

@@ -18,6 +18,7 @@ from hango_worker.testing.fake_anthropic.cache import (
     PromptCache,
 )
 from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
+from hango_worker.testing.fake_anthropic.roundtrip import SentLog, check_round_trip
 from hango_worker.testing.fake_anthropic.script import (
     DEFAULT_MESSAGES,
     TYPE_BY_STATUS,
@@ -81,6 +82,8 @@ class FakeAnthropic:
         self.context_windows = dict(context_windows or {})
         self.requests: list[RecordedRequest] = []
         self.rate_limit = rate_limit  # None: no limit (ratelimit.py)
+        self.sent = SentLog()  # assistant content returned (roundtrip.py)
+        self._hold: threading.Event | None = None  # hold_after_first_delta
         self._port = port
         self._injected: list[Fault] = []
         self._attempts: dict[int, int] = {}
@@ -182,6 +185,13 @@ class FakeAnthropic:
         """Forget the recorded requests."""
         self.requests.clear()
 
+    def hold_after_first_delta(self) -> threading.Event:
+        """The next stream stops after its first content delta until the returned event
+        is set (by the test, e.g. from the client's text callback; at most 30 s): a
+        stream that is provably still going while the client reads it."""
+        self._hold = threading.Event()
+        return self._hold
+
     # -- serving ---------------------------------------------------------------------------
 
     async def _on_connection(
@@ -221,6 +231,7 @@ class FakeAnthropic:
         try:
             self._authenticate(rec)
             validate_request(body, rec.headers, counting=path == COUNT_TOKENS_PATH)
+            check_round_trip(rec.body, self.sent)
             rec.input_tokens = count_tokens(rec.body)
             if path == COUNT_TOKENS_PATH:
                 out = {"input_tokens": rec.input_tokens}
@@ -240,6 +251,7 @@ class FakeAnthropic:
             await asyncio.sleep(turn.delay_s)
         answer = build_answer(turn, index, rec.body, self.cache.account(rec.body))
         answer.message["id"] = f"msg_fake_{rid[9:]}"
+        self.sent.add(answer.message["content"])
         if not rec.body.get("stream"):
             writer.write(json_response(200, answer.message, {"request-id": rid}))
             await writer.drain()
@@ -376,6 +388,13 @@ class FakeAnthropic:
             headers.update(self.rate_limit.headers())
         writer.write(response_head(200, headers))
         delay = delay_s or self.chunk_delay_s
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            first = next((i for i, f in enumerate(frames) if f[0] == "content_block_delta"), 0)
+            writer.write(http_chunk(b"".join(sse_frame(f) for f in frames[: first + 1])))
+            await writer.drain()
+            await asyncio.get_running_loop().run_in_executor(None, hold.wait, 30.0)
+            frames = frames[first + 1 :]
         if delay:
             for frame in frames:
                 await asyncio.sleep(delay)

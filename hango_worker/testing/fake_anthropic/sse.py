@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheU
         content.append(
             {"type": "thinking", "thinking": turn.thinking, "signature": f"scripted-{index}"}
         )
+    content += copy.deepcopy(turn.blocks)  # any block type, streamed as the API would
     if turn.text:
         content.append({"type": "text", "text": turn.text})
     # like the API: with tool_choice none the model answers in text only
@@ -74,7 +76,9 @@ def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheU
 def _output_chars(block: dict[str, Any]) -> int:
     if block["type"] == "tool_use":
         return len(block["name"]) + len(json.dumps(block["input"]))
-    return len(block.get("text") or block.get("thinking") or "")
+    if block["type"] in ("text", "thinking"):
+        return len(block.get("text") or block.get("thinking") or "")
+    return len(json.dumps(block))
 
 
 def _stop_sequence(turn: FakeTurn, stop: str, body: dict[str, Any]) -> str | None:
@@ -99,15 +103,21 @@ def _block_frames(
     kind = block["type"]
     deltas: list[dict[str, Any]]
     if kind == "text":
-        start: dict[str, Any] = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": t} for t in word_chunks(block["text"])]
+        start: dict[str, Any] = {**block, "text": ""}
+        deltas = []
+        if isinstance(block.get("citations"), list):  # each citation before the text
+            start["citations"] = []
+            deltas += [{"type": "citations_delta", "citation": c} for c in block["citations"]]
+        deltas += [{"type": "text_delta", "text": t} for t in word_chunks(block["text"])]
     elif kind == "thinking":
-        start = {"type": "thinking", "thinking": "", "signature": ""}
+        start = {**block, "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": t} for t in word_chunks(block["thinking"])]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
-    elif input_in_start and cut_json is None:
-        start, deltas = dict(block), []
-    else:
+    elif (input_in_start and cut_json is None) or (
+        kind != "tool_use" and not isinstance(block.get("input"), dict)
+    ):
+        start, deltas = dict(block), []  # whole in the start (redacted_thinking, results, …)
+    else:  # tool_use, server_tool_use: the input as partial JSON
         start = {**block, "input": {}}
         raw = cut_json if cut_json is not None else json.dumps(block["input"])
         deltas = [{"type": "input_json_delta", "partial_json": p} for p in _json_chunks(raw)]
