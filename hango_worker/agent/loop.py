@@ -47,6 +47,7 @@ from hango_worker.provider.types import (
     TextSink,
     Usage,
     compact_json,
+    evolve,
 )
 from hango_worker.telemetry import genai
 from hango_worker.telemetry.tracing import mark_error, tracer, turn_span
@@ -107,6 +108,7 @@ class AgentLoop(ToolBatches):
         self.settings = settings or LoopSettings()
         self.on_text = on_text
         self._agent_blocks = agent.system_blocks()
+        self._api_params = agent.config.api_params() or None  # once per run, not per call
         self._events: list[Event] = []
         self._tools: dict[str, Tool] = {}
         self._usage = Usage()
@@ -276,6 +278,8 @@ class AgentLoop(ToolBatches):
             max_tokens=self.agent.config.max_tokens,
             tool_choice=tool_choice,
             temperature=self.agent.config.temperature,
+            params=self._api_params,
+            server_tools=self.agent.config.server_tools,
         )
         req = ModelRequest(
             request=request, state=state, on_text=self.on_text, call_model=self._side_call_handler
@@ -345,17 +349,7 @@ class AgentLoop(ToolBatches):
         system, layout = self.chain.assemble_system(self._agent_blocks, req.state)
         for rewrite in req.system_rewrites:
             system = rewrite(system)
-        request = req.request
-        request = Request(
-            model=request.model,
-            messages=request.messages,
-            system=system,
-            tools=request.tools,
-            max_tokens=request.max_tokens,
-            tool_choice=request.tool_choice,
-            temperature=request.temperature,
-            thinking=request.thinking,
-        )
+        request = evolve(req.request, system=system)  # every other field as it is
         for final in req.final_rewrites:
             request = final(request, layout)
         return await self._model.call(request, req.on_text)

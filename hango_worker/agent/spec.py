@@ -12,9 +12,11 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from hango_worker.agent.limits import Budget
 from hango_worker.agent.mw_hitl import ApprovalRule
+from hango_worker.provider import params as api
 from hango_worker.provider.types import TextBlock
 
 # a skill's name, as Anthropic's Agent Skills format allows it (store/skills.py checks it too)
@@ -31,9 +33,13 @@ def skills_problem(tools: list[str], config: AgentConfig) -> str | None:
 
 class AgentConfig(Budget):
     """`agents.config`. Unknown keys are rejected so a typo is not silently ignored.
-    The run budget's keys (tokens, tool calls, duration) come from `Budget`."""
+    The run budget's keys (tokens, tool calls, duration) come from `Budget`; beside
+    hango's keys, every Messages API request parameter the installed SDK knows
+    (provider/params.py: thinking, output_config, stop_sequences, metadata,
+    service_tier, betas, context_management, …), validated by the SDK's own types,
+    and `server_tools` (Anthropic's web search, web fetch, code execution, …)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # the API's parameters only (_api_params)
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
     repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
@@ -62,6 +68,32 @@ class AgentConfig(Budget):
     compact_target: float | None = Field(default=None, gt=0, lt=1)
     keep_tool_results: int | None = Field(default=None, ge=1, le=10_000)
     summary_model: str | None = Field(default=None, min_length=1, max_length=200)
+
+    server_tools: list[dict[str, Any]] | None = Field(default=None, max_length=64)
+
+    @model_validator(mode="after")
+    def _api_params(self) -> AgentConfig:
+        extra = self.model_extra or {}
+        for key in extra:
+            if key not in api.ALL_PARAMS:
+                raise PydanticCustomError(
+                    "extra_forbidden",
+                    "{key}: Extra inputs are not permitted (neither a hango agent setting nor "
+                    "a Messages API parameter this SDK knows)",
+                    {"key": key},
+                )
+        try:
+            given = {k: v for k, v in extra.items() if v is not None}
+            api.check_params(given)
+            api.check_server_tools(self.server_tools or [], api.uses_beta(given))
+            api.check_combinations(given, max_tokens=self.max_tokens, temperature=self.temperature)
+        except ValueError as e:
+            raise PydanticCustomError("api_param", "{why}", {"why": str(e)}) from None
+        return self
+
+    def api_params(self) -> dict[str, Any]:
+        """The Messages API parameters set for this agent (sent with every model call)."""
+        return {k: v for k, v in (self.model_extra or {}).items() if v is not None}
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> AgentConfig:

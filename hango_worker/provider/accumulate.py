@@ -31,7 +31,6 @@ from typing import Any
 from anthropic.types import (
     RawContentBlockDeltaEvent,
     RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
     RawMessageDeltaEvent,
     RawMessageStartEvent,
     RawMessageStreamEvent,
@@ -148,7 +147,9 @@ class Accumulator:
         self.first_chunk_s: float | None = None
 
     def feed(self, event: RawMessageStreamEvent) -> None:
-        if isinstance(event, RawContentBlockDeltaEvent):
+        # by the event's `type`, not its class: the beta endpoint's events are classes
+        # of their own (BetaRawContentBlockDeltaEvent, …) of the same shape
+        if event.type == "content_block_delta":
             delta = event.delta
             if delta.type == "text_delta":  # the hot path, inline: one lookup, one append
                 text_parts = self._text.get(event.index)
@@ -159,13 +160,13 @@ class Accumulator:
                         self.on_text(text)
                     return
             self._delta(event)
-        elif isinstance(event, RawContentBlockStartEvent):
+        elif event.type == "content_block_start":
             self._start(event)
-        elif isinstance(event, RawContentBlockStopEvent):
+        elif event.type == "content_block_stop":
             self._finish(event.index)
-        elif isinstance(event, RawMessageStartEvent):
+        elif event.type == "message_start":
             self._message_start(event)
-        elif isinstance(event, RawMessageDeltaEvent):
+        elif event.type == "message_delta":
             self._message_delta(event)
 
     def _delta(self, event: RawContentBlockDeltaEvent) -> None:

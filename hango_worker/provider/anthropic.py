@@ -59,6 +59,7 @@ import httpx2
 from anthropic.types import RawMessageStreamEvent
 
 from hango_worker.provider.accumulate import Accumulator
+from hango_worker.provider.params import uses_beta
 from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import (
     Block,
@@ -165,7 +166,8 @@ class AnthropicProvider:
     async def _create(self, request: Request) -> anthropic.AsyncStream[RawMessageStreamEvent]:
         # Called untyped: the SDK's overloads over TypedDict params cost mypy more than
         # they check here (our dicts come from to_dict()).
-        create: Any = self.client.messages.create
+        beta = bool(request.params) and uses_beta(request.params or {})
+        create: Any = self.client.beta.messages.create if beta else self.client.messages.create
         try:
             stream: anthropic.AsyncStream[RawMessageStreamEvent] = await create(
                 **request_params(request), stream=True
@@ -214,8 +216,8 @@ def request_params(request: Request) -> dict[str, Any]:
     }
     if request.system:
         params["system"] = [b.to_dict() for b in request.system]
-    if request.tools:
-        params["tools"] = [t.to_dict() for t in request.tools]
+    if request.tools or request.server_tools:
+        params["tools"] = [t.to_dict() for t in request.tools] + (request.server_tools or [])
     if request.tool_choice:
         params["tool_choice"] = request.tool_choice
     if request.thinking:
@@ -223,6 +225,8 @@ def request_params(request: Request) -> dict[str, Any]:
     if request.temperature is not None:
         # SDK 2.x has no `temperature` argument any more; the API field is sent as is.
         params["extra_body"] = {"temperature": request.temperature}
+    if request.params:  # the agent's API parameters (provider/params.py), disjoint from ours
+        params.update(request.params)
     return params
 
 

@@ -331,6 +331,10 @@ class Request:
     tool_choice: dict[str, JSON] | None = None
     temperature: float | None = None
     thinking: dict[str, JSON] | None = None
+    # the agent's Messages API parameters (provider/params.py), sent as they are, and its
+    # Anthropic-defined tools, sent after hango's own in `tools`
+    params: dict[str, JSON] | None = None
+    server_tools: list[dict[str, JSON]] | None = None
 
 
 @dataclass(slots=True)
