@@ -104,12 +104,15 @@ async def test_unreadable_history_fails_the_run_clearly(pool: asyncpg.Pool, dsn:
     first = await enqueue(pool)
     await run_until_idle(dsn, scripted({"text": "x"}))
     session = (await details(pool, first))["session_id"]
-    await pool.execute("UPDATE messages SET content = $1 WHERE seq = 1", [{"type": "hologram"}])
+    # a block of an unknown type is kept (docs/system-architecture.md, "Content blocks");
+    # one with no type at all is not a block
+    await pool.execute("UPDATE messages SET content = $1 WHERE seq = 1", [{"hologram": 1}])
     second = await enqueue(pool, session_id=session)
     await run_until_idle(dsn, scripted({"text": "x"}, {"text": "y"}))
     run = await details(pool, second)
     assert run["status"] == "failed" and run["error"]["type"] == "invalid_history"
-    assert "hologram" in run["error"]["message"]
+    assert "message seq 1" in run["error"]["message"]
+    assert "needs a string 'type'" in run["error"]["message"]
 
 
 async def test_a_session_continues_its_history(pool: asyncpg.Pool, dsn: str) -> None:
