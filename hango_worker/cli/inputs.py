@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hango_worker.cli.exits import CliError
+from hango_worker.store.repo import check_new_name
 from hango_worker.vocab import RunStatus
 
 MAX_NAME_CHARS = 200
@@ -52,6 +53,19 @@ def name(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"contains a control or non-printable character ({value[bad]!a} at {bad})"
         )
+    return value
+
+
+def new_name(value: str) -> str:
+    """The name of a new agent or tenant: a `name`, and not shaped like a UUID (an
+    argument that looks like one is always read as an id: names and ids never mix)."""
+    name(value)
+    try:
+        check_new_name("new", value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "looks like a UUID: an agent or tenant name may not (it would read as an id)"
+        ) from None
     return value
 
 

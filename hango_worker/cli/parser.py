@@ -18,6 +18,7 @@ from hango_worker.cli.inputs import (
     memory_key,
     memory_path,
     name,
+    new_name,
     text,
 )
 from hango_worker.config import Settings
@@ -141,7 +142,9 @@ def _agents(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
         dest="sub", required=True, metavar="SUBCOMMAND"
     )
     c_ = cmd("create", c.cmd_agents_create, "create an agent; prints its id", ag)
-    c_.add_argument("--name", required=True, type=name, help="1-200 printable characters")
+    c_.add_argument(
+        "--name", required=True, type=new_name, help="1-200 printable characters, not a UUID"
+    )
     c_.add_argument("--model", required=True, type=name, help="e.g. claude-sonnet-4-6")
     c_.add_argument("--system", action="append", type=text, help="a system prompt block")
     c_.add_argument(

@@ -10,7 +10,7 @@ from typing import Any
 
 from hango_worker.cli import exits
 from hango_worker.cli.commands import pool_for, print_rows, tenant_of
-from hango_worker.cli.inputs import int_between, name
+from hango_worker.cli.inputs import int_between, name, new_name
 from hango_worker.config import Settings
 from hango_worker.store import tenants as t
 
@@ -26,7 +26,7 @@ def add_commands(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
         "tenants", help="create, list and limit tenants (fair claiming, max_running)"
     ).add_subparsers(dest="sub", required=True, metavar="SUBCOMMAND")
     c_ = cmd("create", cmd_tenants_create, "create a tenant; prints its id", tn, tenanted=False)
-    c_.add_argument("name", type=name, help="1-200 printable characters")
+    c_.add_argument("name", type=new_name, help="1-200 printable characters, not a UUID")
     c_.add_argument(
         "--weight", type=_W, default=1, help=f"its share of each claim (1-{t.MAX_WEIGHT})"
     )

@@ -78,6 +78,7 @@ class Worker:
         self._stop = asyncio.Event()  # set by request_shutdown
         self._tasks: set[asyncio.Task[None]] = set()  # every run task not yet done
         self._gave_up: list[tuple[str, int]] = []  # runs cancelled mid-turn: (id, attempt)
+        self._hints: set[asyncio.Task[None]] = set()  # cancel hints being checked
         self._listener = Listener(dsn, self._wake.set, self._on_cancel)
         self._background: list[asyncio.Task[None]] = []
         self._claim_pool: asyncpg.Pool | None = None  # sql.CLAIM_SESSION_SETTINGS
@@ -125,7 +126,7 @@ class Worker:
     async def _close(self) -> None:
         """Stop the per-worker tasks and connections together, each bounded: one stuck
         on a connection that stopped answering is abandoned, never awaited forever."""
-        for t in self._background:
+        for t in [*self._background, *self._hints]:
             t.cancel()
         text = self.deps.text
         steps: list[Awaitable[object]] = [
@@ -326,9 +327,29 @@ class Worker:
             return "lost"
 
     def _on_cancel(self, run_id: str) -> None:
+        """A `hango_cancel` NOTIFY: a hint to look, never an order. Any role that can
+        connect may send one; the run is cancelled only when its row says so
+        (`cancel_requested`, written by `hango_api.cancel` / `runs cancel`, which check
+        tenant and role). docs/operations.md, "Trust model"."""
         f = self._inflight.get(run_id)
-        if f is not None:
+        if f is None or f.control.cancel.is_set():
+            return
+        check = asyncio.ensure_future(self._check_cancel(run_id, f))
+        self._hints.add(check)
+        check.add_done_callback(self._hints.discard)
+
+    async def _check_cancel(self, run_id: str, f: InFlight) -> None:
+        try:
+            requested = await self.deps.pool.fetchval(
+                sql.CANCEL_REQUESTED, run_id, self.worker_id, f.claim.attempt
+            )
+        except Exception as e:  # the heartbeat reads the flag within a third of a lease
+            log.warning("cancel hint for run %s not checked: %s", run_id, e)
+            metrics.CANCEL_HINTS.labels("unchecked").inc()
+            return
+        if requested:
             f.control.cancel.set()
+        metrics.CANCEL_HINTS.labels("acted" if requested else "ignored").inc()
 
     # -- per-worker background work ------------------------------------------------------
 

@@ -160,12 +160,13 @@ WITH RECURSIVE tree AS (
     UNION ALL
     SELECT c.id, c.parent_run_id, c.parent_tool_use_id, t.level + 1 FROM runs c
     JOIN tree t ON c.parent_run_id = t.id WHERE t.level < 20
-)
+) CYCLE id SET in_cycle USING path  -- a parent cycle (only SQL can make one) ends here
 SELECT t.id::text AS id, t.parent_run_id::text AS parent, t.level, t.parent_tool_use_id,
     r.status, a.name AS agent, r.created_at,
     CASE WHEN jsonb_typeof(r.usage->'cost_usd') = 'number'
          THEN (r.usage->>'cost_usd')::float8 END AS cost_usd
-FROM tree t JOIN runs r ON r.id = t.id JOIN agents a ON a.id = r.agent_id
+FROM tree t JOIN runs r ON r.id = t.id LEFT JOIN agents a ON a.id = r.agent_id
+WHERE NOT t.in_cycle
 ORDER BY t.level, r.created_at
 """
 
@@ -179,9 +180,13 @@ async def tree(pool: asyncpg.Pool, tenant_id: str, run_id: str) -> list[dict[str
     for r in rows[1:]:
         kids.setdefault(r["parent"], []).append(r)
     out: list[dict[str, Any]] = []
+    seen: set[str] = set()
     stack = rows[:1]
     while stack:  # depth first: each run, then its children in the order they were made
         r = stack.pop()
+        if r["id"] in seen:  # reached twice (a cycle made by hand): listed once
+            continue
+        seen.add(r["id"])
         out.append(r)
         stack.extend(reversed(kids.get(r["id"], [])))
     return out

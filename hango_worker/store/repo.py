@@ -6,6 +6,7 @@ Every query that touches a run is scoped by tenant.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,22 @@ async def ensure_default_tenant(db: asyncpg.Pool | asyncpg.Connection) -> str:
     return DEFAULT_TENANT_ID
 
 
+# Names and ids never mix (migration 0012): no tenant or agent is named like a UUID, and
+# a UUID-shaped argument is always an id, anything else always a name.
+UUID_SHAPED = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+
+
+def check_new_name(what: str, name: str) -> None:
+    """ValueError for a tenant or agent name shaped like a UUID (it would read as an id)."""
+    if UUID_SHAPED.match(name):
+        raise ValueError(
+            f"a {what} name may not look like a UUID ({name!r}): names and ids would mix; "
+            "choose another name"
+        )
+
+
 async def create_agent(
     db: asyncpg.Pool,
     *,
@@ -45,6 +62,7 @@ async def create_agent(
     tools: list[str],
     config: dict[str, Any],
 ) -> str:
+    check_new_name("agent", name)
     agent_id = str(uuid.uuid4())
     try:
         await db.execute(

@@ -40,6 +40,9 @@ def _now() -> Column[object]:
     return Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
+_H = "[0-9a-fA-F]"
+NOT_UUID = f"^{_H}{{8}}-{_H}{{4}}-{_H}{{4}}-{_H}{{4}}-{_H}{{12}}$"  # the shape of a UUID
+
 tenants = Table(
     "tenants",
     metadata,
@@ -52,6 +55,8 @@ tenants = Table(
     Column("max_running", Integer),
     CheckConstraint("weight BETWEEN 1 AND 1000", name="tenants_weight_check"),
     CheckConstraint("max_running >= 0", name="tenants_max_running_check"),
+    # names and ids never mix (migration 0012; NOT VALID there: old rows are kept)
+    CheckConstraint(f"name !~ '{NOT_UUID}'", name="tenants_name_not_uuid"),
 )
 
 agents = Table(
@@ -69,6 +74,7 @@ agents = Table(
     # the agent's runs running at once, fleet-wide (NULL: no limit)
     Column("max_running", Integer),
     CheckConstraint("max_running >= 0", name="agents_max_running_check"),
+    CheckConstraint(f"name !~ '{NOT_UUID}'", name="agents_name_not_uuid"),
 )
 
 sessions = Table(

@@ -32,6 +32,12 @@ from hango_worker.store.sql_claim import RATE_TAKE as RATE_TAKE  # noqa: E402
 from hango_worker.store.sql_claim import TENANT_RUNNING as TENANT_RUNNING  # noqa: E402
 
 # Give back a run claimed in the same batch as another run of its session.
+# A `hango_cancel` NOTIFY is only a hint (any role may send one): the worker acts on
+# the row's flag, for its own attempt of the run (run/worker.py `_on_cancel`).
+CANCEL_REQUESTED = (
+    "SELECT cancel_requested FROM runs WHERE id = $1 AND lease_owner = $2 AND attempt = $3"
+)
+
 UNCLAIM = """
 UPDATE runs SET status = 'queued', attempt = attempt - 1,
     lease_owner = NULL, lease_expires_at = NULL

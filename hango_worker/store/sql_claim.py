@@ -44,6 +44,8 @@ WHERE a.id = {agent} AND a.tenant_id = {tenant}"""
 # up to $2 runs by priority then age, fewer when its max_running leaves fewer free
 # (hango_claim_slots: a fresh count under a per-tenant advisory lock, so claimers on
 # other workers never exceed the limit together); an agent's max_running likewise.
+# A run whose agent is gone (possible only through SQL) is claimed like any other and
+# failed with agent_not_found at load (run/execute.py), never left queued forever.
 # The batch then takes the tenants' first runs before any tenant's second run
 # (rank / weight), so a backlog delays another tenant's run by at most one batch.
 # Each step of `ring` finds the next tenant once (OFFSET 0 keeps the planner from copying
@@ -102,7 +104,7 @@ WITH RECURSIVE start AS MATERIALIZED (
     SELECT p.*, s.weight, s.head_at FROM slots s
     CROSS JOIN LATERAL (
         SELECT r.id, r.tenant_id, r.agent_id, r.priority, r.created_at, ag.max_running
-        FROM runs r JOIN agents ag ON ag.id = r.agent_id
+        FROM runs r LEFT JOIN agents ag ON ag.id = r.agent_id  -- gone: claimed and failed
         WHERE r.tenant_id = s.id AND {_CLAIMABLE}
           AND (ag.max_running IS NULL
                OR ag.max_running > ({_RUNNING_OF}r.tenant_id AND c.agent_id = r.agent_id))

@@ -14,7 +14,14 @@ from typing import Any
 
 import asyncpg
 
-from hango_worker.store.repo import DEFAULT_TENANT_ID, Conflict, NotFound, ensure_default_tenant
+from hango_worker.store.repo import (
+    DEFAULT_TENANT_ID,
+    UUID_SHAPED,
+    Conflict,
+    NotFound,
+    check_new_name,
+    ensure_default_tenant,
+)
 
 MAX_WEIGHT = 1000  # tenants_weight_check
 MAX_RUNNING = 1_000_000  # a sanity bound on max_running (any larger is "no limit")
@@ -43,6 +50,7 @@ async def create_tenant(
     weight: int = 1,
     max_running: int | None = None,
 ) -> str:
+    check_new_name("tenant", name)
     check_weight(weight)
     check_max_running(max_running)
     tenant_id = str(uuid.uuid4())
@@ -78,9 +86,10 @@ async def resolve_tenant(db: asyncpg.Pool | asyncpg.Connection, name_or_id: str 
         return await ensure_default_tenant(db)
     if name_or_id in ("default", DEFAULT_TENANT_ID):
         await ensure_default_tenant(db)
-    row = await db.fetchval(
-        "SELECT id::text FROM tenants WHERE name = $1 OR id::text = $1", name_or_id
-    )
+    if UUID_SHAPED.match(name_or_id):  # an id, never a name
+        row = await db.fetchval("SELECT id::text FROM tenants WHERE id = $1::uuid", name_or_id)
+    else:
+        row = await db.fetchval("SELECT id::text FROM tenants WHERE name = $1", name_or_id)
     if row is None:
         raise NotFound(
             f"no tenant {name_or_id!r} (`hango-worker tenants list` lists them; "

@@ -99,6 +99,13 @@ STREAM_UNKNOWN_DELTAS = Counter(
     "Stream deltas of a type this worker does not know, merged into their block by the "
     "rule every known delta follows (provider/accumulate.py).",
 )
+CANCEL_HINTS = Counter(
+    "hango_cancel_hints_total",
+    "hango_cancel notifications about a run this worker holds, by what the run's row "
+    "said: acted (cancel_requested was set), ignored (it was not: a NOTIFY alone "
+    "carries no authority), unchecked (the database did not answer).",
+    ["result"],
+)
 RUNS_HANDED_BACK = Counter(
     "hango_runs_handed_back_total",
     "Runs a stopping worker cancelled mid-turn (past the shutdown grace) and handed back "
