@@ -19,12 +19,12 @@ on (the allowlist refuses it) and never offered for approval.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import re2
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
 from hango_worker.agent.state import State
@@ -55,34 +55,57 @@ _EVENTS = {
 }
 
 
+_RE2 = re2.Options()
+_RE2.log_errors = False  # a bad pattern is our one-line error, not a log line on stderr
+
+
+def compile_pattern(pattern: str) -> Any:
+    """An approval rule's pattern, compiled by RE2: matching takes time linear in the
+    text, whatever the pattern (no catastrophic backtracking on the event loop: a rule
+    is matched against every call the model makes). ValueError for what RE2 refuses
+    (backreferences, lookaround) or cannot hold in its memory bound."""
+    try:
+        return re2.compile(pattern, options=_RE2)
+    except re2.error as e:
+        raw = e.args[0] if e.args else e
+        why = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        raise ValueError(
+            f"{why} (approval patterns use RE2 syntax: no backreferences or lookaround)"
+        ) from None
+
+
 class ApprovalRule(BaseModel):
     """`approvals` entry: calls of `tool` need approval — always, or only when every
-    argument named in `when` matches its regular expression (`re.search` on the
+    argument named in `when` matches its regular expression (RE2, searched in the
     argument's value as text; non-strings as compact JSON)."""
 
     model_config = ConfigDict(extra="forbid")
     tool: str = Field(min_length=1, max_length=200)
     when: dict[str, str] = Field(default_factory=dict)
+    _compiled: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("when")
     @classmethod
     def _patterns(cls, v: dict[str, str]) -> dict[str, str]:
         for arg, pattern in v.items():
             try:
-                re.compile(pattern)
-            except re.error as e:
+                compile_pattern(pattern)
+            except ValueError as e:
                 raise ValueError(f"when.{arg}: {pattern!r} is not a valid regex: {e}") from None
         return v
+
+    def model_post_init(self, context: Any) -> None:
+        self._compiled = {arg: compile_pattern(p) for arg, p in self.when.items()}
 
     def matches(self, name: str, args: Mapping[str, Any]) -> bool:
         if name != self.tool:
             return False
-        for arg, pattern in self.when.items():
+        for arg, compiled in self._compiled.items():
             if arg not in args:
                 return False
             value = args[arg]
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-            if re.search(pattern, text) is None:
+            if compiled.search(text) is None:
                 return False
         return True
 
