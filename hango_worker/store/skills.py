@@ -16,6 +16,7 @@ cannot read is refused with the line it stopped at, never guessed at.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,21 +124,62 @@ def _read_text(path: Path, rel: str, limit: int) -> str:
         raise SkillError(f"{rel} is not UTF-8 text; a skill holds text files only") from None
 
 
+MAX_DEPTH = 16  # folders below the skill's own
+MAX_ENTRIES = 10_000  # directory entries looked at, skipped ones included
+
+
+def shown(rel: str) -> str:
+    """A path for a message: as it is when every character is printable, else quoted with
+    control characters and bytes that are not UTF-8 escaped (never raw to a terminal)."""
+    return rel if rel.isprintable() else ascii(rel)
+
+
+def _entries(root: Path) -> list[tuple[str, os.DirEntry[str]]]:
+    """Every entry below `root` (relative path, entry), walked iteratively (a deep tree is
+    an error naming the limit, never a RecursionError), skipped folders left out. A
+    symbolic link anywhere, to a file or a folder, is refused naming it: a skill is
+    stored from its own files only, never from outside its folder."""
+    out: list[tuple[str, os.DirEntry[str]]] = []
+    stack: list[tuple[Path, tuple[str, ...]]] = [(root, ())]
+    seen = 0
+    while stack:
+        folder, parts = stack.pop()
+        with os.scandir(folder) as it:
+            for entry in sorted(it, key=lambda e: e.name):
+                seen += 1
+                if seen > MAX_ENTRIES:
+                    raise SkillError(f"the skill folder has more than {MAX_ENTRIES} entries")
+                rel_parts = (*parts, entry.name)
+                rel = "/".join(rel_parts)
+                try:
+                    rel.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise SkillError(f"{shown(rel)}: the file name is not UTF-8") from None
+                if entry.is_symlink():
+                    raise SkillError(
+                        f"{shown(rel)} is a symbolic link; copy what it points to into the "
+                        "skill instead"
+                    )
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name in SKIPPED_DIRS:
+                        continue
+                    if len(rel_parts) > MAX_DEPTH:
+                        raise SkillError(f"{shown(rel)} is more than {MAX_DEPTH} folders deep")
+                    stack.append((Path(entry.path), rel_parts))
+                elif entry.is_file(follow_symlinks=False):
+                    out.append((rel, entry))
+    return sorted(out, key=lambda x: x[0])
+
+
 def _other_files(root: Path) -> dict[str, str]:
     files: dict[str, str] = {}
     total = 0
-    for p in sorted(root.rglob("*")):
-        rel_parts = p.relative_to(root).parts
-        if any(part in SKIPPED_DIRS for part in rel_parts) or not p.is_file():
-            continue
-        rel = "/".join(rel_parts)
+    for rel, entry in _entries(root):
         if rel == SKILL_FILE:
             continue
-        if p.is_symlink():
-            raise SkillError(f"{rel} is a symbolic link; copy the file into the skill instead")
         if len(files) >= MAX_FILES:
             raise SkillError(f"the skill has more than {MAX_FILES} files besides {SKILL_FILE}")
-        files[rel] = _read_text(p, rel, MAX_FILE_BYTES)
+        files[rel] = _read_text(Path(entry.path), shown(rel), MAX_FILE_BYTES)
         total += len(files[rel].encode())
         if total > MAX_TOTAL_BYTES:
             raise SkillError(f"the skill's files add up to more than {MAX_TOTAL_BYTES} bytes")
@@ -150,10 +192,16 @@ def read_folder(path: str | Path) -> SkillFolder:
     if root.is_file() and root.name == SKILL_FILE:
         root = root.parent
     if not root.is_dir():
-        raise SkillError(f"{path} is not a folder (a skill is a folder holding {SKILL_FILE})")
+        raise SkillError(
+            f"{shown(str(path))} is not a folder (a skill is a folder holding {SKILL_FILE})"
+        )
     skill_md = root / SKILL_FILE
+    if skill_md.is_symlink():
+        raise SkillError(
+            f"{SKILL_FILE} is a symbolic link; copy what it points to into the skill instead"
+        )
     if not skill_md.is_file():
-        raise SkillError(f"{path} has no {SKILL_FILE}")
+        raise SkillError(f"{shown(str(path))} has no {SKILL_FILE}")
     text = _read_text(skill_md, SKILL_FILE, MAX_BODY_BYTES)
     fields, body = front_matter(text)
     name, description = check_fields(fields)
