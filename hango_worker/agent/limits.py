@@ -21,7 +21,7 @@ the model) and the run winds up before its next model call.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
@@ -39,17 +39,25 @@ WIND_UP_TEXT = (
 )
 
 
+MAX_COUNT = 10**12  # no budget count is larger (tokens, calls)
+
+
 class Budget(BaseModel):
     """Limits beyond the turn count, per run: agent config keys, and per-enqueue
     overrides (`runs.input.limits`). None: no limit."""
 
+    # counts are whole numbers (`true` is not 1), amounts finite (no Infinity, no NaN)
     model_config = ConfigDict(extra="forbid")
-    max_input_tokens: int | None = Field(default=None, ge=1)
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    max_cost_usd: float | None = Field(default=None, gt=0)
-    max_tool_calls: int | None = Field(default=None, ge=0)
-    tool_call_limits: dict[str, int] = Field(default_factory=dict)
-    max_duration_s: float | None = Field(default=None, gt=0)
+    max_input_tokens: int | None = Field(default=None, ge=1, le=MAX_COUNT, strict=True)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_COUNT, strict=True)
+    max_cost_usd: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    max_tool_calls: int | None = Field(default=None, ge=0, le=MAX_COUNT, strict=True)
+    tool_call_limits: dict[str, Annotated[int, Field(ge=0, le=MAX_COUNT, strict=True)]] = Field(
+        default_factory=dict
+    )
+    max_duration_s: float | None = Field(
+        default=None, gt=0, le=10 * 365 * 86400, allow_inf_nan=False
+    )
 
     def counts_tools(self) -> bool:
         return self.max_tool_calls is not None or bool(self.tool_call_limits)
@@ -59,7 +67,7 @@ class RunOverrides(Budget):
     """`runs.input.limits`: a producer's limits for one run; each key set wins over the
     agent's. `deadline` is a wall-clock time (with a UTC offset)."""
 
-    max_turns: int | None = Field(default=None, ge=1, le=10_000)
+    max_turns: int | None = Field(default=None, ge=1, le=10_000, strict=True)
     deadline: AwareDatetime | None = None
 
 

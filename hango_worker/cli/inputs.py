@@ -7,7 +7,6 @@ import argparse
 import sys
 import uuid
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from hango_worker.cli.exits import CliError
 from hango_worker.store.repo import check_new_name
@@ -95,16 +94,32 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+MAX_INPUT_BYTES = 10 * 1024 * 1024  # a run's input message, read from a file or stdin
+
+
+def _bounded(read: Callable[[int], bytes], what: str) -> bytes:
+    """At most MAX_INPUT_BYTES (one byte more tells it is larger): `/dev/zero` or an
+    endless pipe is refused in one line, never read without end."""
+    raw = read(MAX_INPUT_BYTES + 1)
+    if len(raw) > MAX_INPUT_BYTES:
+        raise CliError(
+            f"{what}: larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB, the input limit"
+        )
+    return raw
+
+
 def read_input(inline: str | None, path: str | None) -> str:
     """The user's message: `--input TEXT`, `--input -` (stdin) or `--input-file PATH`."""
     if path is not None:
+        what = f"--input-file {ascii(path) if not path.isprintable() else path}"
         try:
-            raw = Path(path).read_bytes()
+            with open(path, "rb") as f:
+                raw = _bounded(f.read, what)
         except OSError as e:
-            raise CliError(f"--input-file {path}: cannot read it ({e.strerror or e})") from None
-        return _decoded(raw, f"--input-file {path}")
+            raise CliError(f"{what}: cannot read it ({e.strerror or e})") from None
+        return _decoded(raw, what)
     if inline == "-":
-        return _decoded(sys.stdin.buffer.read(), "--input - (stdin)")
+        return _decoded(_bounded(sys.stdin.buffer.read, "--input - (stdin)"), "--input - (stdin)")
     assert inline is not None  # argparse: one of the two is required
     if not inline.strip():
         raise CliError("--input: must not be empty")
