@@ -197,8 +197,16 @@ async def grep_isolated(
     return out.decode()
 
 
-def edit(content: str, path: str, old: Any, new: Any, replace_all: Any) -> tuple[str, int]:
-    """(the edited content, how many occurrences were replaced)."""
+def edit(
+    content: str,
+    path: str,
+    old: Any,
+    new: Any,
+    replace_all: Any,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> tuple[str, int]:
+    """(the edited content, how many occurrences were replaced); FileError, before any
+    allocation, when the result would pass `max_bytes`."""
     if not isinstance(old, str) or not old:
         raise FileError("old_string must be a non-empty string: the exact text to replace")
     if not isinstance(new, str):
@@ -213,6 +221,15 @@ def edit(content: str, path: str, old: Any, new: Any, replace_all: Any) -> tuple
         raise FileError(
             f"old_string occurs {n} times in {path}; include more surrounding text so it is "
             "unique, or set replace_all to true; nothing was changed"
+        )
+    # checked before the replacement is made: a short old_string and a long new_string
+    # could otherwise build a string of gigabytes in one call (n copies of new_string)
+    done = n if replace_all is True else 1
+    size = utf8_size(content) + done * (utf8_size(new) - utf8_size(old))
+    if size > max_bytes:
+        raise FileError(
+            f"the edit would make {path} {size} bytes ({done} replacement(s)); a file holds "
+            f"at most {max_bytes} bytes; nothing was changed"
         )
     return (content.replace(old, new) if replace_all is True else content.replace(old, new, 1)), n
 
