@@ -1,5 +1,15 @@
 """Bounded waits for the shutdown path: nothing a stopping worker awaits may wait forever.
 
+Observed: on a loaded machine the suite once hung in tests/test_ratelimit_procs.py, whose
+`hango-worker run --until-idle` processes, SIGTERMed, did not all exit (and the test
+waited for them without a bound). Every await on that path could wait forever: the
+claim in flight, a cancelled run task's statement (asyncpg waits for the server to
+acknowledge the cancel), the pool's close (it waits for every connection to come back),
+the last live-text flush, and the interpreter's exit itself (a sync tool's thread, which
+`ThreadPoolExecutor` joins). Each is bounded now: here, in run/worker.py (`_drain`,
+`_close`), service.py (`_close_all`, the exit watchdog) and tool/threads.py (daemon
+threads); tests/test_shutdown.py and tests/test_shutdown_procs.py pin each one.
+
 `asyncio.wait_for` is not a bound there: on timeout it cancels the awaitable and then
 waits for the cancellation to finish, and an asyncpg statement on a connection that
 stopped answering (or a pool's close, which waits for every connection to come back)
