@@ -18,6 +18,7 @@ import uvicorn
 
 from hango_worker.config import ConfigError, Settings
 from hango_worker.console.app import build_app
+from hango_worker.console.protocol import IDLE_TIMEOUT_S, HeadTimeoutProtocol
 from hango_worker.store import db
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,13 @@ async def running(settings: Settings, dsn: str) -> AsyncIterator[Running]:
     pool = await db.open_pool(dsn, min_size=1, max_size=8)
     app, console = build_app(settings, pool, dsn)
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        http=HeadTimeoutProtocol,  # a request head must come within its timeout
+        timeout_keep_alive=int(IDLE_TIMEOUT_S),
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="hango-console")
