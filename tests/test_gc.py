@@ -18,7 +18,9 @@ OTHER_TENANT = "00000000-0000-0000-0000-0000000000aa"
 
 async def _agent(pool: asyncpg.Pool, tenant: str) -> str:
     await pool.execute(
-        "INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING", tenant, tenant
+        "INSERT INTO tenants (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        tenant,
+        f"gc-{tenant}",  # a name is never shaped like an id (migration 0012)
     )
     return await repo.create_agent(
         pool, tenant_id=tenant, name="gc-agent", model="m", system=[], tools=[], config={}
