@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from hango_worker.cli import exits
 from hango_worker.cli.exits import CliError
-from hango_worker.cli.inputs import check_tools, read_input
+from hango_worker.cli.inputs import check_tools, json_arg, read_input
 from hango_worker.cli.show import JsonLines, showable
 from hango_worker.config import Settings
 from hango_worker.render import LiveView, Painter, print_run, safe
@@ -103,7 +103,9 @@ async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
     from hango_worker.agent.spec import AgentConfig, skills_problem
 
     try:
-        cfg = AgentConfig.model_validate(json.loads(a.config)).model_dump(exclude_none=True)
+        cfg = AgentConfig.model_validate(json_arg(a.config, "--config")).model_dump(
+            exclude_none=True
+        )
     except ValidationError as e:
         why = "; ".join(
             f"{'.'.join(map(str, x['loc'])) or 'value'}: {x['msg']}" for x in e.errors()
@@ -147,7 +149,7 @@ async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
     limits = None
     if a.limits is not None:
         try:
-            limits = parse_overrides(json.loads(a.limits))
+            limits = parse_overrides(json_arg(a.limits, "--limits"))
         except ValueError as e:
             raise CliError(f"--limits: {e}") from None
     async with pool_for(s) as (_, pool):

@@ -11,7 +11,7 @@ from typing import Any
 from hango_worker.cli import exits
 from hango_worker.cli.commands import pool_for, tenant_of
 from hango_worker.cli.exits import CliError
-from hango_worker.cli.inputs import read_input
+from hango_worker.cli.inputs import json_arg, read_input
 from hango_worker.config import Settings
 from hango_worker.render import safe
 from hango_worker.store import decisions, repo
@@ -21,10 +21,7 @@ from hango_worker.vocab import Decision
 def _edited(raw: str | None) -> Any:
     if raw is None:
         return None
-    try:
-        value = json.loads(raw)
-    except ValueError as e:
-        raise CliError(f"--input is not valid JSON: {e}") from None
+    value = json_arg(raw, "--input")
     if not isinstance(value, dict):
         raise CliError("--input must be a JSON object (the call's arguments)")
     return value

@@ -44,3 +44,44 @@ def test_limits_that_cannot_work_are_refused_in_one_line(limits: str, says: str)
     assert p.returncode == 2, p.stderr
     (line,) = p.stderr.strip().splitlines()
     assert says in line and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["enqueue", "--agent", "a", "--input", "x", "--limits", "[" * 20_000 + "]" * 20_000],
+            "--limits: nested more than 64 levels deep",
+        ),
+        (
+            [
+                "agents",
+                "create",
+                "--name",
+                "a",
+                "--model",
+                "m",
+                "--config",
+                '{"a": ' * 70 + "1" + "}" * 70,
+            ],
+            "--config: nested more than 64 levels deep",
+        ),
+        (
+            [
+                "runs",
+                "approve",
+                "00000000-0000-4000-8000-000000000001",
+                "--input",
+                '{"text": "a\\u0000b"}',
+            ],
+            "--input: holds a NUL character",
+        ),
+    ],
+)
+def test_deep_or_unstorable_json_arguments_are_one_line(args: list[str], says: str) -> None:
+    """Proves: a JSON argument nested 20,000 deep is not a RecursionError traceback,
+    and one holding a NUL is refused before Postgres would refuse it."""
+    p = cli(*args)
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert says in line and "Traceback" not in p.stderr
