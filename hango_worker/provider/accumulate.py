@@ -50,6 +50,7 @@ from hango_worker.provider.types import (
     ThinkingBlock,
     ToolUseBlock,
     Usage,
+    extra_fields,
     tool_input,
 )
 from hango_worker.telemetry import metrics
@@ -69,25 +70,25 @@ def as_json(model: Any) -> dict[str, JSON]:
 
 def _typed(data: dict[str, JSON]) -> Block:
     kind = data.get("type")
+    """A block-start's object as a block (types.py `extra_fields`: which keys each typed
+    block models, in one place); tolerant of what a start may leave out."""
+    kind = data.get("type")
     if kind == "text":
-        extra = {k: v for k, v in data.items() if k not in ("type", "text")}
-        return TextBlock(text=str(data.get("text") or ""), extra=extra or None)
+        return TextBlock(text=str(data.get("text") or ""), extra=extra_fields(data, "text"))
     if kind == "thinking":
-        extra = {k: v for k, v in data.items() if k not in ("type", "thinking", "signature")}
         return ThinkingBlock(
             thinking=str(data.get("thinking") or ""),
             signature=str(data.get("signature") or ""),
-            extra=extra or None,
+            extra=extra_fields(data, "thinking"),
         )
     if kind == "tool_use":
         args, problem = tool_input({} if data.get("input") is None else data["input"])
-        extra = {k: v for k, v in data.items() if k not in ("type", "id", "name", "input")}
         return ToolUseBlock(
             id=str(data.get("id")),
             name=str(data.get("name")),
             input=args,
             input_error=problem,
-            extra=extra or None,
+            extra=extra_fields(data, "tool_use"),
         )
     return RawBlock(data)
 

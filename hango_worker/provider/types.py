@@ -217,7 +217,8 @@ _MODELLED = {
 }
 
 
-def _extra(d: dict[str, JSON], kind: str) -> dict[str, JSON] | None:
+def extra_fields(d: dict[str, JSON], kind: str) -> dict[str, JSON] | None:
+    """The fields of block `d` that its typed block (`kind`) does not model, or None."""
     modelled = _MODELLED[kind]
     if len(d) <= len(modelled) and d.keys() <= modelled:
         return None
@@ -231,13 +232,13 @@ def block_from_dict(d: dict[str, JSON]) -> Block:
         raise ValueError(f"a content block must be a JSON object, got {type(d).__name__}")
     kind = d.get("type")
     if kind == "text":
-        return TextBlock(text=str(d["text"]), extra=_extra(d, "text"))
+        return TextBlock(text=str(d["text"]), extra=extra_fields(d, "text"))
     if kind == "tool_use":
         return ToolUseBlock(
             id=str(d["id"]),
             name=str(d["name"]),
             input=dict(d.get("input") or {}),
-            extra=_extra(d, "tool_use"),
+            extra=extra_fields(d, "tool_use"),
         )
     if kind == "tool_result":
         return ToolResultBlock(
@@ -249,7 +250,7 @@ def block_from_dict(d: dict[str, JSON]) -> Block:
         return ThinkingBlock(
             thinking=str(d["thinking"]),
             signature=str(d.get("signature", "")),
-            extra=_extra(d, "thinking"),
+            extra=extra_fields(d, "thinking"),
         )
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"a content block needs a string 'type', got {kind!r}")
