@@ -27,6 +27,7 @@ import asyncpg
 
 from hango_worker.agent.limits import parse_overrides
 from hango_worker.store import db, decisions, fork, repo, tenants
+from hango_worker.store.json_limits import check_json
 from hango_worker.store.sql import DONE_CHANNEL
 from hango_worker.vocab import FINISHED, Decision, RunStatus
 
@@ -49,7 +50,10 @@ async def enqueue(
     needed): inside the caller's transaction it is queued iff that commits.
     `limits`: this run's own limits (max_turns, max_input_tokens, max_output_tokens,
     max_tool_calls, tool_call_limits, max_duration_s, deadline); ValueError if invalid.
-    `priority`: 0 (default) to 1000; within the tenant, higher is claimed first."""
+    `priority`: 0 (default) to 1000; within the tenant, higher is claimed first.
+    JSON nested more than 64 levels deep, or holding a NUL: ValueError, nothing queued."""
+    if limits is not None:
+        check_json(limits, "limits")
     return await repo.enqueue_run(
         conn,
         tenant_id=tenant_id,
@@ -92,8 +96,12 @@ class Client:
         tools: list[str] | None = None,
         config: dict[str, Any] | None = None,
     ) -> str:
+        """A new agent in the client's tenant; ValueError for a bad name or config
+        (config nested more than 64 levels deep, or holding a NUL, included)."""
         from hango_worker.agent.spec import AgentConfig
 
+        if config is not None:
+            check_json(config, "config")
         cfg = AgentConfig.model_validate(config or {}).model_dump(exclude_none=True)
         await repo.ensure_default_tenant(self.pool)
         return await repo.create_agent(
@@ -148,7 +156,10 @@ class Client:
         self, run_id: str, call_id: str | None = None, input: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Approve the call the waiting run waits on (`input`: run it with these
-        arguments instead); the run is queued again. NotFound / Conflict otherwise."""
+        arguments instead); the run is queued again. NotFound / Conflict otherwise;
+        ValueError: `input` nested more than 64 levels deep or holding a NUL."""
+        if input is not None:
+            check_json(input, "input")
         return await decisions.decide(
             self.pool,
             self.tenant_id,

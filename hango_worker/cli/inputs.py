@@ -4,13 +4,13 @@ silently wrong row (bounded names, UUIDs, ranges, valid UTF-8, known tools)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from hango_worker.cli.exits import CliError
+from hango_worker.store.json_limits import loads_json
 from hango_worker.store.repo import check_new_name
 from hango_worker.vocab import RunStatus
 
@@ -57,32 +57,14 @@ def name(value: str) -> str:
     return value
 
 
-MAX_JSON_DEPTH = 64  # nesting of a JSON argument (--config, --limits, --input)
-
-
 def json_arg(raw: str, what: str) -> Any:
     """A JSON command-line argument, decoded: CliError (one line, exit 2) when it is not
     JSON, nests deeper than MAX_JSON_DEPTH (never a RecursionError), or holds a NUL,
-    which Postgres cannot store."""
+    which Postgres cannot store (store/json_limits.py: the one rule)."""
     try:
-        value = json.loads(raw)
-    except RecursionError:
-        raise CliError(f"{what}: nested more than {MAX_JSON_DEPTH} levels deep") from None
+        return loads_json(raw, what)
     except ValueError as e:
-        raise CliError(f"{what}: {e} (not valid JSON)") from None
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:  # iterative: the depth check itself cannot recurse too deep
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise CliError(f"{what}: nested more than {MAX_JSON_DEPTH} levels deep")
-        if isinstance(item, str) and "\x00" in item:
-            raise CliError(f"{what}: holds a NUL character (\\u0000), which cannot be stored")
-        if isinstance(item, dict):
-            stack.extend((k, depth) for k in item)
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return value
+        raise CliError(str(e)) from None
 
 
 def new_name(value: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,6 +25,7 @@ from hango_worker.console import live, pages, queries, runpage
 from hango_worker.console.auth import COOKIE, Authenticator, Refused, Who, same_origin, tenant_of
 from hango_worker.console.html import LIVE_JS, STYLE, Html, page, render
 from hango_worker.store import decisions, repo
+from hango_worker.store.json_limits import loads_json
 from hango_worker.telemetry.metrics import CONSOLE_DECISIONS, CONSOLE_REQUESTS
 from hango_worker.vocab import Decision
 
@@ -148,9 +148,9 @@ def edited_input(raw: str | None) -> Any:
     if raw is None or not raw.strip():
         return None
     try:
-        value = json.loads(raw)
+        value = loads_json(raw, "the edited arguments")
     except ValueError as e:
-        raise Refused(400, f"the edited arguments are not valid JSON: {e}") from None
+        raise Refused(400, str(e)) from None
     if not isinstance(value, dict):
         raise Refused(400, "the edited arguments must be a JSON object (the call's arguments)")
     return value
