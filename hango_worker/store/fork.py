@@ -19,13 +19,20 @@ import asyncpg
 from hango_worker.store.repo import Conflict, get_run
 from hango_worker.store.sql import NOTIFY_CHANNEL
 
-_TURNS = """
+# The tool names come out of SQL, whatever the content holds (nested too deep to decode,
+# not an array, a name that is not a string): at most MAX_NAME_CHARS of each, in order.
+MAX_NAME_CHARS = 200
+_TURNS = f"""
 WITH t AS (
-    SELECT seq, created_at, content::text AS content,
+    SELECT seq, created_at, content,
         (row_number() OVER (ORDER BY seq))::int AS turn
     FROM messages WHERE run_id = $1 AND role = 'assistant'
 )
-SELECT t.turn, t.created_at, t.content,
+SELECT t.turn, t.created_at,
+    ARRAY(SELECT left(coalesce(b.value->>'name', '?'), {MAX_NAME_CHARS})
+          FROM jsonb_array_elements(CASE WHEN jsonb_typeof(t.content) = 'array'
+              THEN t.content ELSE '[]'::jsonb END) WITH ORDINALITY b
+          WHERE b.value->>'type' = 'tool_use' ORDER BY b.ordinality) AS tool_calls,
     EXISTS (SELECT 1 FROM run_states s WHERE s.run_id = $1 AND s.turn = t.turn) AS state_changed
 FROM t ORDER BY t.seq
 """
@@ -57,7 +64,7 @@ _APPEND_NEW = (
 def _tool_names(content: str) -> list[str]:
     try:
         blocks = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to decode
         return []
     if not isinstance(blocks, list):
         return []
@@ -75,7 +82,7 @@ async def history(pool: asyncpg.Pool, tenant_id: str, run_id: str) -> list[dict[
         {
             "turn": r["turn"],
             "at": r["created_at"],
-            "tool_calls": _tool_names(r["content"]),
+            "tool_calls": list(r["tool_calls"]),
             "state_changed": bool(r["state_changed"]),
         }
         for r in rows
