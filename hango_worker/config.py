@@ -14,6 +14,7 @@ import socket
 import uuid
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -118,6 +119,11 @@ class Settings(BaseSettings):
             return None
         if not v.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
             raise ValueError("must start with postgresql://")
+        try:  # read as the driver reads it: host (IPv6 in brackets) and port
+            parts = urlsplit(v)
+            parts.port  # noqa: B018 - raises ValueError for a port that is not one
+        except ValueError as e:
+            raise ValueError(f"is not a URL ({e}), e.g. postgresql://user@[::1]:5432/db") from None
         return v
 
     @field_validator("console_tokens")
@@ -160,12 +166,23 @@ class Settings(BaseSettings):
         return self.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+def _without_password(url: str) -> str:
+    """`url` with the password of its user:password@ part masked, for messages."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in creds:
+        return url
+    return f"{scheme}://{creds.split(':', 1)[0]}:***@{host}"
+
+
 def _describe(field: str, err: dict[str, Any]) -> str:
     name = f"HANGO_{field.upper()}"
     inner = [str(part) for part in err.get("loc", ())[1:]]
     if inner:  # a JSON setting: name the part that is wrong
         name += f" [{'.'.join(inner)}]"
     value = err.get("input")
+    if field == "database_url" and isinstance(value, str):
+        value = _without_password(value)
     info = Settings.model_fields.get(field)
     allowed = err.get("msg", "invalid")
     if info is not None and info.description:

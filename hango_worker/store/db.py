@@ -121,8 +121,8 @@ async def check_connect(dsn: str) -> asyncpg.Connection:
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             return await connect(dsn)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-        raise Unavailable(describe_connect_error(dsn, e)) from None
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        raise Unavailable(describe_connect_error(dsn, e)) from None  # ValueError: a bad URL
 
 
 async def schema_revision(dsn: str) -> str | None:
@@ -153,8 +153,8 @@ async def open_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> async
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
             return await create_pool(dsn, min_size=min_size, max_size=max_size)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
-        raise Unavailable(describe_connect_error(dsn, e)) from None
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        raise Unavailable(describe_connect_error(dsn, e)) from None  # ValueError: a bad URL
 
 
 @asynccontextmanager
