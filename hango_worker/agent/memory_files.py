@@ -59,6 +59,30 @@ def check_file_path(path: object, arg: str = "path") -> str:
     return p
 
 
+def ancestors(path: str) -> list[str]:
+    """The directories above `path` inside /memories: /memories/a/b/c gives /memories/a
+    and /memories/a/b."""
+    parts = path[len(ROOT) + 1 :].split("/")
+    return [ROOT + "/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def file_in_the_way(path: str, file: str) -> MemoryToolError:
+    return MemoryToolError(
+        f"No change was made: {file} is a file, so {path} cannot be made inside it (a "
+        "memory path is a file or a directory, never both). Choose another path, or "
+        f"rename {file} first."
+    )
+
+
+def also_a_directory(path: str, listing_text: str) -> str:
+    """The note after a file's view when files also exist below its path (made before
+    paths were checked, or by two runs at once): nothing is hidden."""
+    return (
+        f"\n\nNote: {path} is also a directory; the files below it (view each by its "
+        f"path):\n{listing_text}"
+    )
+
+
 def check_size(path: str, content: str) -> int:
     size = len(content.encode("utf-8", errors="replace"))
     if size > MAX_FILE_BYTES:

@@ -273,6 +273,12 @@ class Memory:
             if f is not None:
                 text = mf.numbered(path, f.content, args.get("view_range"))
                 self._saw(state, path, f.version)
+                below = await self.store.index(self.scope, path + "/", MAX_VIEW_FILES + 1)
+                if below:  # a file and a directory at once: show both, lose nothing
+                    more = len(below) > MAX_VIEW_FILES
+                    text += mf.also_a_directory(
+                        path, mf.listing(path, below[:MAX_VIEW_FILES], more)
+                    )
                 return text
         entries = await self.store.index(self.scope, path + "/", MAX_VIEW_FILES + 1)
         if not entries and path != mf.ROOT:
@@ -285,8 +291,7 @@ class Memory:
         if not isinstance(text, str):
             raise MemoryToolError("`file_text` (a string) is required to create a file")
         size = mf.check_size(path, text)
-        if await self.store.index(self.scope, path + "/", 1):
-            raise MemoryToolError(f"{path} is a directory; create a file inside it instead")
+        await self._check_place(path)
         w = await self.store.create(self.scope, path, text, by)
         if w.fenced:
             return self._fenced("create")
@@ -375,6 +380,7 @@ class Memory:
             raise MemoryToolError("`old_path` and `new_path` are the same file")
         if await self.store.read(self.scope, new) is not None:
             raise MemoryToolError(f"The destination {new} already exists")
+        await self._check_place(new)
         got = await self._current(state, old, "rename")
         if isinstance(got, ToolResult):
             return got
@@ -383,6 +389,15 @@ class Memory:
         text = f"Successfully renamed {old} to {new}"
         size = len(content.encode("utf-8", errors="replace"))
         return self._written(state, "rename", old, w, version, size, text, new_path=new)
+
+    async def _check_place(self, path: str) -> None:
+        """A new file's path: not a directory (files below it), not below a file."""
+        if await self.store.index(self.scope, path + "/", 1):
+            raise MemoryToolError(f"{path} is a directory; create a file inside it instead")
+        above = mf.ancestors(path)
+        files = await self.store.files_among(self.scope, above) if above else []
+        if files:
+            raise mf.file_in_the_way(path, files[0])
 
     @staticmethod
     def _fenced(command: str) -> ToolResult:

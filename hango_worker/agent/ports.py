@@ -162,6 +162,10 @@ class MemoryStore(Protocol):
 
     async def read(self, scope: MemoryScope, path: str) -> MemoryFile | None: ...
 
+    async def files_among(self, scope: MemoryScope, paths: list[str]) -> list[str]:
+        """Which of `paths` are files (in path order)."""
+        ...
+
     async def create(
         self, scope: MemoryScope, path: str, content: str, by: WriteContext
     ) -> MemoryWrite: ...

@@ -39,6 +39,10 @@ class PgMemoryStore:
         row = await self.pool.fetchrow(sql.MEMORY_READ, *self._key(scope), path)
         return None if row is None else MemoryFile(row["content"], int(row["version"]))
 
+    async def files_among(self, scope: MemoryScope, paths: list[str]) -> list[str]:
+        rows = await self.pool.fetch(sql.MEMORY_FILES_AMONG, *self._key(scope), paths)
+        return [r["path"] for r in rows]
+
     async def _write(self, query: str, scope: MemoryScope, path: str, *args: Any) -> MemoryWrite:
         io = self.io
         if io.control.lost:

@@ -433,6 +433,14 @@ WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 AND scope_key = $4
   AND left(path, char_length($5::text)) = $5::text
 ORDER BY path LIMIT $6
 """
+# Which of $5 (paths) are files: a path below a file may not be made (a memory path is a
+# file or a directory, never both).
+MEMORY_FILES_AMONG = """
+SELECT path FROM memories
+WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 AND scope_key = $4
+  AND path = ANY($5::text[])
+ORDER BY path
+"""
 MEMORY_READ = """
 SELECT content, version FROM memories
 WHERE tenant_id = $1 AND agent_id = $2 AND scope = $3 AND scope_key = $4 AND path = $5

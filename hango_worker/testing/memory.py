@@ -138,6 +138,9 @@ class InMemoryMemoryStore:
         f = self.files.get(self._k(scope, path))
         return None if f is None else MemoryFile(f.content, f.version)
 
+    async def files_among(self, scope: MemoryScope, paths: list[str]) -> list[str]:
+        return sorted(p for p in set(paths) if self._k(scope, p) in self.files)
+
     def _current(self, scope: MemoryScope, path: str) -> int | None:
         f = self.files.get(self._k(scope, path))
         return None if f is None else f.version
