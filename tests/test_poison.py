@@ -201,9 +201,10 @@ async def test_a_requested_cancel_survives_a_takeover(pool: asyncpg.Pool, dsn: s
     assert (await details(pool, run_id))["status"] == "succeeded"
 
 
-async def test_a_reused_tool_use_id_is_a_new_call(pool: asyncpg.Pool, dsn: str) -> None:
-    """Turn 2 reuses turn 1's id: its result is recorded (not dropped), and after a crash
-    in the second call the resumed run is told it was interrupted (not given turn 1's)."""
+async def test_a_reused_tool_use_id_is_never_executed(pool: asyncpg.Pool, dsn: str) -> None:
+    """Turn 2 reuses turn 1's id: it is not executed, its refusal is recorded for its own
+    turn, and after a crash in that turn the resumed run refuses it again (never runs it,
+    never gives it turn 1's result)."""
     seen: list[str] = []
 
     async def act(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
@@ -228,7 +229,8 @@ async def test_a_reused_tool_use_id_is_a_new_call(pool: asyncpg.Pool, dsn: str) 
         "SELECT result->>'content' AS content, message_seq FROM tool_calls WHERE run_id = $1",
         run_id,
     )
-    assert dict(row) == {"content": "did second", "message_seq": second_seq}  # not dropped
+    assert row["message_seq"] == second_seq and "already used" in row["content"]
+    assert seen == ["first"]
     session = (await details(pool, run_id))["session_id"]
     await _crash_after_last_tool_call(pool, run_id, session)
     # as it was before the second call recorded: the first turn's result
@@ -240,11 +242,11 @@ async def test_a_reused_tool_use_id_is_a_new_call(pool: asyncpg.Pool, dsn: str) 
     )
     await run_until_idle(dsn, scripted(*turns), [tool])
     run = await details(pool, run_id)
-    assert run["status"] == "succeeded" and seen == ["first", "second"]
+    assert run["status"] == "succeeded" and seen == ["first"]
     answer = run["transcript"][-2]["content"][0]
     assert answer["type"] == "tool_result" and answer["is_error"]
     assert "did first" not in str(answer["content"])
-    assert "interrupted" in str(answer["content"])
+    assert "was already used by an earlier call" in str(answer["content"])
 
 
 async def test_a_duplicate_tool_use_id_in_one_response_is_an_error_result(

@@ -87,16 +87,39 @@ class ToolBatches:
     _base_tool_handler: ToolHandler
     _to_mark: set[str]  # calls to mark started just before their tool runs
     _record_lock: asyncio.Lock  # one result recorded at a time (each its own commit)
+    _used_ids: set[str] | None  # tool_use ids of the history's earlier turns (built once)
+    _used_from: object  # the history's first message when the set was built
+
+    def _reused_ids(self, state: State, uses: list[ToolUseBlock]) -> set[str]:
+        """The ids of `uses` (the last message's calls) that an earlier assistant message
+        of the history already used. The set is built once per attempt (again only after
+        compaction cut the history's head), then grows by each turn's ids."""
+        if self._used_ids is None or state.messages[0] is not self._used_from:
+            self._used_from = state.messages[0]
+            self._used_ids = {
+                u.id for m in state.messages[:-1] if m.role == "assistant" for u in m.tool_uses()
+            }
+        reused = {u.id for u in uses if u.id in self._used_ids}
+        self._used_ids.update(u.id for u in uses)
+        for tool_use_id in sorted(reused):
+            current_turn_span().add_event("tool.id_reused", {"hango.tool.use_id": tool_use_id})
+        return reused
 
     async def _tool_batch(self, state: State, uses: list[ToolUseBlock], stop: StopReason) -> None:
         b = _Batch(uses)
         seen: set[str] = set()
+        reused = self._reused_ids(state, uses)
         for i, call in enumerate(uses):
             # a repeated id waits too: the call that owns the id is recorded first
             alone = self._runs_alone(call) or call.id in seen
             if alone:  # the calls before it finish first
                 await self._flush(state, b)
-            result = _duplicate_id(call) if call.id in seen else self._not_executed(call, stop)
+            if call.id in seen:
+                result: ToolResult | None = _duplicate_id(call)
+            elif call.id in reused:
+                result = _reused_id(call)
+            else:
+                result = self._not_executed(call, stop)
             seen.add(call.id)
             await self._enqueue(state, b, i, alone, result)
         await self._last_group(state, b)
@@ -337,11 +360,15 @@ class ToolBatches:
         cancelling = self.control.stop_requested() == "cancel"
         b = _Batch(uses, resume_turn=turn)
         seen: set[str] = set()
+        reused = self._reused_ids(state, uses)
         for i, call in enumerate(uses):
             if call.id in seen:
                 b.answer(i, _duplicate_id(call), answered=False)
                 continue
             seen.add(call.id)
+            if call.id in reused:  # refused as in the first attempt, never run
+                b.answer(i, _reused_id(call))
+                continue
             if call.id in recorded:
                 b.answer(i, recorded[call.id])
                 continue
@@ -364,6 +391,16 @@ class ToolBatches:
 def _cancelled_before() -> ToolResult:
     return ToolResult.error(
         "not executed: the run was cancelled before this call started", "cancelled"
+    )
+
+
+def _reused_id(call: ToolUseBlock) -> ToolResult:
+    """A call whose id an earlier turn of the history used (a model or proxy that
+    repeats itself, e.g. replaying a response after a resume): never executed, so no
+    earlier call's record (its result, its approval, its subagent run) answers it."""
+    return ToolResult.error(
+        f"not executed: tool_use id {call.id!r} was already used by an earlier call in this "
+        "conversation; every tool call needs its own id"
     )
 
 

@@ -121,6 +121,7 @@ class AgentLoop(ToolBatches):
         self._counts: ToolCounts | None = None
         self._to_mark: set[str] = set()
         self._record_lock = asyncio.Lock()
+        self._used_ids, self._used_from = None, None
         self._done = 0  # model turns completed by this run (all attempts)
         self._states: list[tuple[int, str]] = []  # (turn, state at its end, as JSON)
         self._last_state: str | None = None
