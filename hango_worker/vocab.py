@@ -52,6 +52,7 @@ class ErrorType(StrEnum):
     APPROVAL_TIMEOUT = "approval_timeout"
     INTERNAL_ERROR = "internal_error"
     CONTEXT_WINDOW_TOO_SMALL = "context_window_too_small"
+    RATE_LIMIT_TOO_SMALL = "rate_limit_too_small"
     # the model stopped
     REFUSAL = "refusal"
     MODEL_CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"

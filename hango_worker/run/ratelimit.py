@@ -34,6 +34,7 @@ from hango_worker.agent.middleware import ModelResponse
 from hango_worker.provider.types import ModelError, Request
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
+from hango_worker.vocab import ErrorType
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class RunRateGate:
         key = self.key(request)
         self.estimate = self.last_input or estimate_tokens(request)
         row = await self._take(key)
+        if row is not None and row["i_cap"] is not None and self.estimate > row["i_cap"]:
+            raise _too_small(key, float(row["i_cap"]), self.estimate)
         if row is not None and _absurd_wait(row):  # levels or pause edited into nonsense
             row = await self._reset(key, float(row["wait_s"]))
         if row is None or row["ok"]:
@@ -148,6 +151,19 @@ class RunRateGate:
 
 
 _NAMES = ("requests", "input-tokens", "output-tokens")
+
+
+def _too_small(key: str, cap: float, need: int) -> ModelError:
+    """The run's calls need more input tokens than the key's whole bucket holds: no wait
+    would ever grant one within the limit (and a provider limit that small refuses it)."""
+    metrics.RATE_LIMIT_TOO_SMALL.labels(key).inc()
+    return ModelError(
+        ErrorType.RATE_LIMIT_TOO_SMALL,
+        f"rate limit {key!r} holds at most {cap:.0f} input tokens (input_tokens_per_minute "
+        f"x window_s / 60) and this call needs about {need}: raise --input-tpm (or "
+        "--window-s) with `ratelimits set`, then `runs resume` the run",
+        retryable=False,
+    )
 
 
 def _absurd_wait(row: asyncpg.Record) -> bool:

@@ -50,6 +50,15 @@ async def set_rate_limit(
             f"less than one request and would never grant a call: give window_s of at least "
             f"{60.0 / requests_per_minute:g} s"
         )
+    for what, tpm in (
+        ("input_tokens_per_minute", input_tokens_per_minute),
+        ("output_tokens_per_minute", output_tokens_per_minute),
+    ):
+        if tpm is not None and tpm * window_s / 60.0 < 1:
+            raise ValueError(
+                f"a bucket of {what} {tpm} over {window_s:g} s holds less than one token: "
+                f"give window_s of at least {60.0 / tpm:g} s"
+            )
     row = await db.fetchrow(
         """
         INSERT INTO rate_limits AS l (key, requests_per_minute, input_tokens_per_minute,

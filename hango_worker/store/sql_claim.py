@@ -165,7 +165,9 @@ GROUP BY t.name
 # $1 key, $2 the call's input tokens (estimated). Granted: one request and $2 input
 # tokens taken (the output bucket must not be in debt). Refused: nothing taken, and
 # `wait_s` says how long until it would be granted. No row: no limit (no rows back).
-# `window_s` and `rpm` come back for the gate's sanity check of a hand-edited row.
+# `window_s` and `rpm` come back for the gate's sanity check of a hand-edited row, `i_cap`
+# (the input bucket's size) for its check that the call fits in the bucket at all: a call
+# needing more than the whole bucket is never granted (the run fails, naming the key).
 _LEVEL = (
     "CASE WHEN {lim} IS NULL THEN NULL ELSE least({lim} * window_s / 60.0, {col} "
     "+ greatest(extract(epoch FROM clock_timestamp() - refilled_at), 0) * {lim} / 60.0) END"
@@ -183,7 +185,8 @@ WITH cur AS (
 ), d AS (
     SELECT cur.*, least($2::float8, coalesce(i_cap, 0)) AS need,
         (blocked_until IS NULL OR blocked_until <= t) AND (r IS NULL OR r >= 1)
-        AND (i IS NULL OR i >= least($2::float8, i_cap)) AND (o IS NULL OR o >= 0) AS ok
+        AND (i IS NULL OR i >= least($2::float8, i_cap)) AND (o IS NULL OR o >= 0)
+        AND (i_cap IS NULL OR $2::float8 <= i_cap) AS ok
     FROM cur
 ), u AS (
     UPDATE rate_limits l SET
@@ -198,7 +201,7 @@ SELECT ok, CASE WHEN ok THEN 0 ELSE greatest(
         coalesce((1 - r) * 60.0 / rpm, 0),
         coalesce((need - i) * 60.0 / itpm, 0),
         coalesce((0 - o) * 60.0 / otpm, 0), 0.001) END::float8 AS wait_s,
-    (SELECT count(*) FROM u) AS taken, window_s, rpm
+    (SELECT count(*) FROM u) AS taken, window_s, rpm, i_cap
 FROM d
 """
 

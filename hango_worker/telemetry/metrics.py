@@ -328,6 +328,11 @@ RATE_LIMIT_INVALID = Counter(
     "Model calls that found their rate_limits row unusable (hand-edited), per key.",
     ["key"],
 )
+RATE_LIMIT_TOO_SMALL = Counter(
+    "hango_rate_limit_too_small_total",
+    "Runs failed because a call needed more input tokens than the key's whole bucket.",
+    ["key"],
+)
 RATE_LIMITED_CALLS = Counter(
     "hango_rate_limited_calls_total",
     "Model calls the provider answered 429 despite the fleet-wide limiter, per key.",
