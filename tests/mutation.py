@@ -15,7 +15,8 @@ the mutated function, stopping at the first failure):
   few seconds of worker tests, so the rest of run/ (io.py, worker.py,
   listener.py, stream.py: about 900 more mutants) is left out to keep a full run
   under about 40 minutes on two cores;
-- ``limits``, ``batch``, ``group``, ``ratelimit``, ``console``: one file (or package)
+- ``limits``, ``batch``, ``group``, ``ratelimit``, ``worker``, ``provider``,
+  ``hostile``, ``console``: one file (or package, or a few files)
   each, by the tests that exercise it (see PROFILES); ``console`` has about 2500
   mutants, so run it a file at a time (``--only 'hango_worker.console.auth.*'``).
 
@@ -89,6 +90,7 @@ PROFILES = {
             "tests/test_limits.py",
             "tests/test_hitl.py",
             "tests/test_subagents.py",
+            "tests/hostile/test_tool_ids.py",
         ),
         database=True,
     ),
@@ -101,7 +103,41 @@ PROFILES = {
     # the fleet-wide rate gate before each model call (the bucket SQL is checked by hand)
     "ratelimit": Profile(
         only_mutate=("hango_worker/run/ratelimit.py",),
-        tests=("tests/test_ratelimit.py",),
+        tests=("tests/test_ratelimit.py", "tests/hostile/test_rate_limits.py"),
+        database=True,
+    ),
+    # the worker's claim loop, heartbeat and shutdown, and the shutdown path's bounded
+    # waits (hostile control channels: a bare NOTIFY, a parent cycle, an orphan)
+    "worker": Profile(
+        only_mutate=("hango_worker/run/worker.py", "hango_worker/run/bounded.py"),
+        tests=(
+            "tests/test_worker.py",
+            "tests/test_shutdown.py",
+            "tests/test_heartbeat.py",
+            "tests/hostile/test_control_channels.py",
+            "tests/hostile/test_trees_and_orphans.py",
+        ),
+        database=True,
+    ),
+    # the stream folded into whole blocks, and the request parameters from the SDK
+    "provider": Profile(
+        only_mutate=("hango_worker/provider/accumulate.py", "hango_worker/provider/params.py"),
+        tests=(
+            "tests/test_content_blocks.py",
+            "tests/test_request_params.py",
+            "tests/test_anthropic_provider.py",
+            "tests/test_bad_output.py",
+        ),
+        database=True,
+    ),
+    # hostile input: the one JSON nesting rule, memory paths (a file or a directory)
+    "hostile": Profile(
+        only_mutate=("hango_worker/store/json_limits.py", "hango_worker/agent/memory_files.py"),
+        tests=(
+            "tests/hostile/test_producer_json.py",
+            "tests/hostile/test_memory_paths.py",
+            "tests/test_memory.py",
+        ),
         database=True,
     ),
     # the run console over HTTP (a real uvicorn per test): auth, CSRF, pages, decisions
