@@ -148,6 +148,8 @@ class AgentLoop(ToolBatches):
                 span.set_attribute("hango.run.limit", outcome.limit)
             if outcome.cost_usd is not None:
                 span.set_attribute("hango.run.cost_usd", outcome.cost_usd)
+            elif outcome.unpriced:
+                span.set_attribute("hango.run.cost_unpriced", outcome.unpriced)
             return outcome
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
@@ -240,6 +242,7 @@ class AgentLoop(ToolBatches):
     def _so_far(self, outcome: Outcome) -> Outcome:
         """`outcome` with the run's usage, cost and rate-limit wait so far."""
         outcome.usage, outcome.cost_usd = self._usage, self._cost.usd
+        outcome.unpriced = self._cost.unpriced
         outcome.rate_wait_s = self.control.rate_wait()
         return outcome
 
