@@ -13,7 +13,7 @@ import re
 import socket
 import uuid
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -38,6 +38,12 @@ class ModelPriceSetting(BaseModel):
     cache_write_5m: float = Field(ge=0)
     cache_write_1h: float = Field(ge=0)
     cache_read: float = Field(ge=0)
+    # laid over the defaults of provider/prices.py: USD per server-tool unit, and the
+    # multipliers of the tiers, speeds and geographies the API reports in usage
+    server_tool_use: dict[str, Annotated[float, Field(ge=0)]] | None = None
+    service_tier: dict[str, Annotated[float, Field(ge=0)]] | None = None
+    speed: dict[str, Annotated[float, Field(ge=0)]] | None = None
+    inference_geo: dict[str, Annotated[float, Field(ge=0)]] | None = None
 
 
 class ConsoleGrant(BaseModel):

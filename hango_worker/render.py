@@ -107,7 +107,8 @@ def _print_waiting(p: Painter, w: dict[str, Any], since: Any, until: Any) -> Non
 
 
 def usage_line(usage: Any) -> str:
-    """A run's tokens, cache reads and writes apart from plain input, and its cost."""
+    """A run's tokens (thinking apart, a part of output), cache reads and writes apart
+    from plain input, its server-tool units and service tiers, and its cost."""
     if not isinstance(usage, dict):
         return f"usage {json.dumps(usage)}"
 
@@ -117,12 +118,29 @@ def usage_line(usage: Any) -> str:
 
     cost = usage.get("cost_usd")
     money = f"${cost:.6f}" if isinstance(cost, int | float) else "unknown (no price for the model)"
+    if not isinstance(cost, int | float) and usage.get("cost_unpriced"):
+        money = f"unknown (no price for {usage['cost_unpriced']})"
+    thinking = f" (thinking {n('thinking_tokens')})" if n("thinking_tokens") else ""
     return (
-        f"usage input {n('input_tokens')} · output {n('output_tokens')} · "
+        f"usage input {n('input_tokens')} · output {n('output_tokens')}{thinking} · "
         f"cache read {n('cache_read_input_tokens')} · "
         f"cache write {n('cache_creation_input_tokens')} "
-        f"(1h {n('cache_creation_1h_input_tokens')}) · cost {money}"
+        f"(1h {n('cache_creation_1h_input_tokens')})"
+        f"{_counts(usage.get('server_tool_use'), 'server tools')}"
+        f"{_counts(_tiers(usage.get('service_tiers')), 'tiers')} · cost {money}"
     )
+
+
+def _tiers(d: Any) -> Any:
+    """The responses per service tier, shown only when some ran on another than standard."""
+    return d if isinstance(d, dict) and set(d) - {"standard"} else None
+
+
+def _counts(d: Any, what: str) -> str:
+    """` · what k n, k n` for a dict of counts (server-tool units, tiers), else ''."""
+    if not isinstance(d, dict) or not d:
+        return ""
+    return f" · {what} " + ", ".join(f"{k} {v}" for k, v in sorted(d.items()))
 
 
 def print_run(p: Painter, run: dict[str, Any]) -> None:

@@ -379,8 +379,8 @@ async def test_max_tokens_without_tool_calls_fails_with_a_precise_reason() -> No
 @pytest.mark.parametrize("reason", ["refusal", "model_context_window_exceeded"])
 async def test_a_model_that_stops_by_itself_fails_the_run_naming_why(reason: str) -> None:
     outcome, _, _ = await run_agent(agent(), scripted({"text": "no", "stop_reason": reason}))
-    assert outcome.status == "failed"
-    assert outcome.error == {"type": reason, "message": f"the model stopped: {reason}"}
+    assert outcome.status == "failed" and outcome.error is not None
+    assert outcome.error["type"] == reason and reason in outcome.error["message"]
 
 
 async def test_a_paused_turn_is_continued_not_ended() -> None:

@@ -1,10 +1,14 @@
 """A run attempt's cost in USD, priced response by response (provider/prices.py).
 
-Each response's usage is priced with the agent's model (`gen_ai.request.model`) and
-counted in `hango_model_cost_usd_total`. A model without a price makes the run's cost
-unknown (`None`, never 0): counted once per attempt in `hango_model_price_unknown_total`
-and recorded as the `model.price_unknown` span event; logged as a warning once per model
-and process.
+Each response's usage is priced with the agent's model (`gen_ai.request.model`): its
+tokens (thinking in output), cache writes at 5 m and 1 h, cache reads, server-tool units
+and the tier, speed and geography it ran at. Priced responses are counted in
+`hango_model_cost_usd_total`. A model without a price, or a unit of a response without
+one (a `priority` tier, a server-tool counter the table does not know, …), makes the
+run's cost unknown (`None`, never 0): counted in `hango_model_price_unknown_total` (once
+per attempt) or `hango_model_unpriced_units_total{unit}` (per response), and recorded as
+the `model.price_unknown` span event (naming the unit); logged as a warning once per
+model and unit and process.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from hango_worker.telemetry.tracing import current_turn_span
 
 log = logging.getLogger(__name__)
 PRICE_UNKNOWN = "model.price_unknown"
-_warned: set[str] = set()
+_warned: set[tuple[str, str]] = set()
 
 
 class RunCost:
@@ -27,34 +31,50 @@ class RunCost:
         self.price = prices.lookup(model)
         self._usd = 0.0
         self._before: float | None = 0.0  # earlier attempts of the run
+        self._unknown: set[str] = set()  # what made this attempt's cost unknown
 
     @property
     def usd(self) -> float | None:
         """USD so far (earlier attempts included); None when some of it has no price."""
-        if self.price is None or self._before is None:
+        if self.price is None or self._before is None or self._unknown:
             return None
         return self._before + self._usd
+
+    @property
+    def unpriced(self) -> str | None:
+        """The units of this attempt that had no price (None: none, or the model)."""
+        units = sorted(self._unknown - {"model"})
+        return ", ".join(units) if units and self.price is not None else None
 
     def carry(self, before: float | None) -> None:
         """Start from what earlier attempts cost (None: unknown, and so is the total)."""
         self._before = None if before is None or self._before is None else self._before + before
 
     def add(self, usage: Usage) -> float:
-        """Price one response; returns its cost (0.0 when the model has no price)."""
-        if self.price is not None:
-            cost = self.price.cost(usage)
-            self._usd += cost
-            metrics.child(metrics.MODEL_COST, self.model).inc(cost)
-            return cost
-        if self._usd == 0.0:  # once per attempt
-            self._usd = -1.0
+        """Price one response; returns its cost (0.0 when it has no price)."""
+        price = self.price
+        if price is not None:
+            cost = price.cost(usage)
+            if cost is not None:
+                self._usd += cost
+                metrics.child(metrics.MODEL_COST, self.model).inc(cost)
+                return cost
+            unit = price.unpriced(usage) or "unknown"
+            metrics.child(metrics.MODEL_UNPRICED_UNITS, self.model, unit).inc()
+            self._unknown_once(unit, "add its price to HANGO_MODEL_PRICES")
+            return 0.0
+        if "model" not in self._unknown:  # once per attempt
             metrics.MODEL_PRICE_UNKNOWN.labels(self.model).inc()
-            current_turn_span().add_event(PRICE_UNKNOWN, {"gen_ai.request.model": self.model})
-            if self.model not in _warned:  # the log line: once per model and process
-                _warned.add(self.model)
-                log.warning(
-                    "model %r has no price: the cost of its runs is unknown "
-                    "(add it to HANGO_MODEL_PRICES)",
-                    self.model,
-                )
+        self._unknown_once("model", "add it to HANGO_MODEL_PRICES")
         return 0.0
+
+    def _unknown_once(self, unit: str, fix: str) -> None:
+        if unit in self._unknown:
+            return
+        self._unknown.add(unit)
+        attrs = {"gen_ai.request.model": self.model, "hango.price.unit": unit}
+        current_turn_span().add_event(PRICE_UNKNOWN, attrs)
+        if (self.model, unit) not in _warned:  # the log line: once per model, unit, process
+            _warned.add((self.model, unit))
+            what = "has no price" if unit == "model" else f"has no price for {unit}"
+            log.warning("model %r %s: the cost of its runs is unknown (%s)", self.model, what, fix)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.trace import Link, SpanKind
 
+from hango_worker.agent import stops
 from hango_worker.agent.batch import ToolBatches, Waiting
 from hango_worker.agent.calls import ModelCaller, RunCancelled, RunReleased
 from hango_worker.agent.chain import Chain
@@ -149,6 +150,8 @@ class AgentLoop(ToolBatches):
                 span.set_attribute("hango.run.limit", outcome.limit)
             if outcome.cost_usd is not None:
                 span.set_attribute("hango.run.cost_usd", outcome.cost_usd)
+            elif outcome.unpriced:
+                span.set_attribute("hango.run.cost_unpriced", outcome.unpriced)
             return outcome
 
     async def _run(self, state: State, info: RunInfo) -> Outcome:
@@ -241,6 +244,7 @@ class AgentLoop(ToolBatches):
     def _so_far(self, outcome: Outcome) -> Outcome:
         """`outcome` with the run's usage, cost and rate-limit wait so far."""
         outcome.usage, outcome.cost_usd = self._usage, self._cost.usd
+        outcome.unpriced = self._cost.unpriced
         outcome.rate_wait_s = self.control.rate_wait()
         return outcome
 
@@ -260,7 +264,7 @@ class AgentLoop(ToolBatches):
             self._keep_state(state)  # the previous turn's end, kept with this checkpoint
             resp = await self._model_turn(state, turn)
             uses = resp.message.tool_uses()
-            if not uses:
+            if not uses or resp.stop_reason in stops.ENDS_RUN:
                 return self._final_outcome(resp)
             await self._checkpoint(state, None)
             await self._tool_batch(state, uses, resp.stop_reason)
@@ -286,6 +290,8 @@ class AgentLoop(ToolBatches):
             request=request, state=state, on_text=self.on_text, call_model=self._side_call_handler
         )
         resp = await self.chain.model_call(req, self._base_model_handler)
+        if stops.cut_tool_call(resp):  # cut off in a tool call: once more, with more room
+            resp = await stops.retry_cut_tool_call(req, resp, self._chain_call, self._count)
         self._usage.add(resp.usage)
         self._next.cost_usd = self._cost.add(resp.usage)
         self._next.spent_usd = self._cost.usd
@@ -327,22 +333,20 @@ class AgentLoop(ToolBatches):
 
     @staticmethod
     def _final_outcome(resp: ModelResponse) -> Outcome | None:
-        if resp.stop_reason == StopReason.PAUSE_TURN:
-            return None  # the API paused a long turn: send the history back to continue it
-        if resp.stop_reason == StopReason.MAX_TOKENS:
-            msg = (
-                "the model hit max_tokens before finishing its answer; raise the agent's max_tokens"
-            )
-            return Outcome("failed", {"type": ErrorType.MAX_TOKENS, "message": msg})
-        if resp.stop_reason in (StopReason.REFUSAL, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED):
-            return Outcome(
-                "failed",
-                {
-                    "type": str(resp.stop_reason),
-                    "message": "the model stopped: " + str(resp.stop_reason),
-                },
-            )
-        return Outcome("succeeded")
+        """How a response without tool calls to run ends the run (agent/stops.py);
+        None: a paused turn, continued by sending it back."""
+        error = stops.final_error(resp)
+        if error is not None:
+            return Outcome("failed", error)
+        return None if resp.stop_reason == StopReason.PAUSE_TURN else Outcome("succeeded")
+
+    def _chain_call(self, req: ModelRequest) -> Awaitable[ModelResponse]:
+        return self.chain.model_call(req, self._base_model_handler)
+
+    def _count(self, usage: Usage) -> None:
+        """The usage of a response that was dropped (a retry replaced it)."""
+        self._usage.add(usage)
+        self._cost.add(usage)
 
     # -- the two base handlers -----------------------------------------------------------
 
@@ -359,8 +363,7 @@ class AgentLoop(ToolBatches):
         """A middleware's own model call (ModelRequest.call_model): the run's retries,
         cancel and `chat` span; its usage is the run's."""
         resp = await self._model.call(request, None)
-        self._usage.add(resp.usage)
-        self._cost.add(resp.usage)  # priced as the agent's model
+        self._count(resp.usage)  # priced as the agent's model
         return resp
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:

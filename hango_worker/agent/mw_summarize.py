@@ -38,7 +38,7 @@ from hango_worker.agent.middleware import (
     SystemRewrite,
 )
 from hango_worker.agent.state import load_private, store_private
-from hango_worker.provider.types import Message, ModelError, Request, TextBlock
+from hango_worker.provider.types import Message, ModelError, Request, StopReason, TextBlock, Usage
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import middleware_event
 from hango_worker.vocab import ErrorType
@@ -97,13 +97,44 @@ class Summarization:
             tokens, added = plan.tokens, None
             st.estimate.forget()
             store_private(req.state, self.name, st)
-        req = req.with_request(messages=self._view_of(req.state.run_id, msgs, st))
-        req = req.rewrite_system(self._fits_check(req.request, st, window))
-        resp = await next(req)
+        resp = await next(self._viewed(req, msgs, st, window))
+        if resp.stop_reason == StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED:
+            resp = await self._make_room(req, next, msgs, st, max(tokens, window), resp)
+            tokens, added = window, None
         reported = request_tokens(resp.usage) or tokens  # a provider without usage: ours
         metrics.CONTEXT_TOKENS.observe(reported / window)
         st.estimate.observe(len(msgs), reported, added)
         store_private(req.state, self.name, st)
+        return resp
+
+    def _viewed(
+        self, req: ModelRequest, msgs: list[Message], st: cp.CompactionState, window: int
+    ) -> ModelRequest:
+        req = req.with_request(messages=self._view_of(req.state.run_id, msgs, st))
+        return req.rewrite_system(self._fits_check(req.request, st, window))
+
+    async def _make_room(
+        self,
+        req: ModelRequest,
+        next: ModelHandler,
+        msgs: list[Message],
+        st: cp.CompactionState,
+        tokens: int,
+        cut: ModelResponse,
+    ) -> ModelResponse:
+        """The API stopped the answer at the context window (model_context_window_exceeded):
+        compact down to the target now and ask once more. The cut answer is dropped; its
+        usage is added to the new answer's (`hango_model_stops_total`, then=compacted)."""
+        window = context_window(req.request.model, self.cfg.context_window)
+        plan = _Plan(st, msgs, tokens, int(self.cfg.compact_target * window))
+        await self._compact(req, plan)
+        st.estimate.forget()
+        store_private(req.state, self.name, st)
+        metrics.child(
+            metrics.MODEL_STOPS, StopReason.MODEL_CONTEXT_WINDOW_EXCEEDED, "compacted"
+        ).inc()
+        resp = await next(self._viewed(req, msgs, st, window))
+        resp.usage = dropped_plus(cut.usage, resp.usage)
         return resp
 
     # -- the ladder ----------------------------------------------------------------------
@@ -237,3 +268,15 @@ class Summarization:
             return system
 
         return check
+
+
+def dropped_plus(dropped: Usage, kept: Usage) -> Usage:
+    """`kept` with a dropped response's counts added (its tier, speed and geography
+    stay the kept response's: both calls are priced as it)."""
+    total = Usage.from_dict(dropped.to_dict())
+    total.service_tiers = None
+    total.add(kept)
+    for key in ("service_tier", "speed", "inference_geo", "extra"):
+        setattr(total, key, getattr(kept, key))
+    total.service_tiers = None
+    return total

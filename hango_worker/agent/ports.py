@@ -33,11 +33,14 @@ class Outcome:
     cost_usd: float | None = None  # None: the model has no price (agent/cost.py)
     # seconds the run waited for the fleet-wide rate limit (None: no limit configured)
     rate_wait_s: float | None = None
+    unpriced: str | None = None  # cost None: the units that had no price (agent/cost.py)
 
     def usage_dict(self) -> dict[str, Any]:
         """The run's `usage` record: the four token counts (and the 1 h writes), cost_usd
         (and waiting_for_rate_limit, seconds, with a rate limit)."""
         d: dict[str, Any] = {**self.usage.to_dict(), "cost_usd": self.cost_usd}
+        if self.cost_usd is None and self.unpriced:
+            d["cost_unpriced"] = self.unpriced
         if self.rate_wait_s is not None:
             d["waiting_for_rate_limit"] = round(self.rate_wait_s, 3)
         return d

@@ -134,6 +134,7 @@ class Accumulator:
         "model",
         "on_text",
         "stop",
+        "stop_details",
     )
 
     def __init__(self, on_text: TextSink | None) -> None:
@@ -143,6 +144,7 @@ class Accumulator:
         self._text: dict[int, list[str]] = {}  # the open text blocks' parts (the same lists)
         self._usage = Usage()
         self.stop: str | None = None
+        self.stop_details: dict[str, JSON] | None = None  # e.g. a refusal's category
         self.id = ""
         self.model = ""
         self.first_chunk_s: float | None = None
@@ -229,7 +231,7 @@ class Accumulator:
         self.id = msg.id
         self.model = msg.model
         u = msg.usage
-        self._usage = Usage(
+        self._usage = usage = Usage(
             input_tokens=u.input_tokens,
             output_tokens=u.output_tokens,
             cache_read_input_tokens=u.cache_read_input_tokens or 0,
@@ -238,19 +240,28 @@ class Accumulator:
             cache_creation_1h_input_tokens=(
                 u.cache_creation.ephemeral_1h_input_tokens if u.cache_creation else 0
             ),
+            service_tier=u.service_tier,
         )
+        if not u.model_fields_set <= _START_USAGE:  # anything else the API reported
+            _usage_rest(usage, as_json(u))
 
     def _message_delta(self, event: RawMessageDeltaEvent) -> None:
         if event.delta.stop_reason is not None:
             self.stop = event.delta.stop_reason
         u = event.usage
-        self._usage.output_tokens = u.output_tokens
+        usage = self._usage
+        usage.output_tokens = u.output_tokens
         if u.input_tokens is not None:
-            self._usage.input_tokens = u.input_tokens
+            usage.input_tokens = u.input_tokens
         if u.cache_read_input_tokens is not None:
-            self._usage.cache_read_input_tokens = u.cache_read_input_tokens
+            usage.cache_read_input_tokens = u.cache_read_input_tokens
         if u.cache_creation_input_tokens is not None:
-            self._usage.cache_creation_input_tokens = u.cache_creation_input_tokens
+            usage.cache_creation_input_tokens = u.cache_creation_input_tokens
+        if not u.model_fields_set <= _DELTA_USAGE:  # the final counts of the rest
+            _usage_rest(usage, as_json(u))
+        details = getattr(event.delta, "stop_details", None)
+        if details is not None:
+            self.stop_details = as_json(details)
 
     def response(self, requested_model: str) -> Response:
         if self.stop is None:
@@ -280,7 +291,40 @@ class Accumulator:
             id=self.id,
             model=self.model or requested_model,
             time_to_first_chunk_s=self.first_chunk_s,
+            stop_details=self.stop_details,
         )
+
+
+# The usage fields message_start / message_delta carry that are read above without a copy.
+_START_USAGE = frozenset(
+    (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "cache_creation",
+        "service_tier",
+    )
+)
+_DELTA_USAGE = frozenset(
+    ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+)
+
+
+def _usage_rest(usage: Usage, d: dict[str, JSON]) -> None:
+    """The usage fields beyond the plain counts (thinking tokens, server-tool units, the
+    speed and geography, fields this code does not know), the latest value of each."""
+    rest = Usage.from_api(d)
+    if "output_tokens_details" in d or "thinking_tokens" in d:
+        usage.thinking_tokens = rest.thinking_tokens
+    if rest.server_tool_use is not None:
+        usage.server_tool_use = rest.server_tool_use
+    for key in ("service_tier", "speed", "inference_geo"):
+        value = getattr(rest, key)
+        if value is not None:
+            setattr(usage, key, value)
+    if rest.extra:
+        usage.extra = {**(usage.extra or {}), **rest.extra}
 
 
 def set_tool_input(block: ToolUseBlock, raw: str) -> None:

@@ -10,7 +10,10 @@ blocks of any type, each a JSON object given as the API would return it:
 redacted_thinking, server_tool_use, web_search_tool_result, a text block with
 citations, a type nobody knows yet; they come after the thinking and before the
 text and tool calls, and are kept and sent back exactly), ``stop_reason``,
-``delay_s`` (sleep before answering), ``usage`` and ``error``
+``stop_details`` (as the API sends it with a refusal), ``delay_s`` (sleep before
+answering), ``usage`` (the API's usage object: counts, ``cache_creation``,
+``output_tokens_details``, ``server_tool_use``, ``service_tier``, ``speed``,
+``inference_geo``, any field added later) and ``error``
 (``{"type": ..., "message": ..., "retryable": bool}`` raised as a ModelError).
 
 The turn played is chosen from the request, not from a counter: turn N is
@@ -74,8 +77,13 @@ class ScriptedTurn(BaseModel):
     blocks: list[dict[str, Any]] = Field(default_factory=list)
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     stop_reason: StopReason | None = None
+    # the API's stop_details (a refusal's {"type": "refusal", "category", "explanation"})
+    stop_details: dict[str, Any] | None = None
     delay_s: float = 0.0
-    usage: dict[str, int] | None = None
+    # the API's usage object: counts, and any of cache_creation, output_tokens_details
+    # (thinking_tokens), server_tool_use, service_tier, speed, inference_geo, fields
+    # added later; what it leaves out is counted by the model
+    usage: dict[str, Any] | None = None
     error: ScriptedError | None = None
 
 
@@ -180,7 +188,7 @@ class ScriptedProvider:
         record_sanitized("model_output", clean_message(message))
         stop = turn.stop_reason or (StopReason.TOOL_USE if calls else StopReason.END_TURN)
         usage = (
-            Usage.from_dict(turn.usage)
+            Usage.from_api(turn.usage)
             if turn.usage
             else Usage(
                 input_tokens=10 + 5 * len(request.messages),
@@ -194,4 +202,5 @@ class ScriptedProvider:
             id=f"msg_scripted_{index:04d}",
             model=request.model,
             time_to_first_chunk_s=first_chunk,
+            stop_details=turn.stop_details,
         )

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
+from hango_worker.provider.usage import Usage as Usage  # re-exported: the types live here
+
 JSON: TypeAlias = Any
 Role = Literal["user", "assistant"]
 REPLACEMENT = "\ufffd"  # what NUL and lone surrogates become (see provider/sanitize.py)
@@ -272,37 +274,6 @@ def message_from_dict(d: dict[str, JSON]) -> Message:
 
 
 @dataclass(slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    # the part of cache_creation_input_tokens written with the 1 h TTL (priced higher)
-    cache_creation_1h_input_tokens: int = 0
-
-    def add(self, other: Usage) -> None:
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.cache_read_input_tokens += other.cache_read_input_tokens
-        self.cache_creation_input_tokens += other.cache_creation_input_tokens
-        self.cache_creation_1h_input_tokens += other.cache_creation_1h_input_tokens
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_read_input_tokens": self.cache_read_input_tokens,
-            "cache_creation_input_tokens": self.cache_creation_input_tokens,
-            "cache_creation_1h_input_tokens": self.cache_creation_1h_input_tokens,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, JSON] | None) -> Usage:
-        d = d or {}
-        return cls(**{k: int(d.get(k, 0) or 0) for k in cls.__dataclass_fields__})
-
-
-@dataclass(slots=True)
 class ToolSpec:
     """What the model is told about a tool."""
 
@@ -350,6 +321,8 @@ class Response:
     # the provider's `anthropic-ratelimit-*` response headers, when it sent any
     # (run/ratelimit.py follows them)
     rate_limit_headers: dict[str, str] | None = None
+    # the API's `stop_details`, as it came (a refusal's category and explanation)
+    stop_details: dict[str, JSON] | None = None
 
 
 # Called with each text delta as it streams; must be cheap and must not block.

@@ -56,6 +56,19 @@ def set_usage(span: Span, usage: Any) -> None:
     span.set_attribute(
         "gen_ai.usage.cache_creation.input_tokens", int(usage.cache_creation_input_tokens)
     )
+    if usage.cache_creation_1h_input_tokens:
+        span.set_attribute(
+            "hango.usage.cache_creation_1h.input_tokens", usage.cache_creation_1h_input_tokens
+        )
+    if usage.thinking_tokens:  # a part of output_tokens
+        span.set_attribute("hango.usage.thinking_tokens", usage.thinking_tokens)
+    for unit, n in (usage.server_tool_use or {}).items():
+        span.set_attribute(f"hango.usage.server_tool_use.{unit}", n)
+    if usage.service_tier is not None:
+        span.set_attribute("hango.usage.service_tier", usage.service_tier)
+    if usage.service_tiers:  # a run's total: its responses per tier
+        for tier, n in usage.service_tiers.items():
+            span.set_attribute(f"hango.usage.service_tiers.{tier}", n)
 
 
 @contextmanager
@@ -108,12 +121,26 @@ def end_chat_span(span: Span, request: Any, resp: Any, provider_name: str, start
     ):
         if n:  # adding 0 changes nothing (the series exist from the start)
             series.inc(n)
+    if u.thinking_tokens:
+        _THINKING.inc(u.thinking_tokens)
+    if u.server_tool_use or u.service_tier is not None:
+        _units(request.model, u)
+
+
+def _units(model: str, u: Any) -> None:
+    """A response's server-tool units and service tier, in their counters."""
+    for unit, n in (u.server_tool_use or {}).items():
+        if n:
+            metrics.child(metrics.SERVER_TOOL_UNITS, model, unit).inc(n)
+    if u.service_tier is not None:
+        metrics.child(metrics.MODEL_RESPONSES_BY_TIER, model, u.service_tier).inc()
 
 
 _TOKEN_SERIES = tuple(
     metrics.child(metrics.MODEL_TOKENS, kind)
     for kind in ("input", "output", "cache_read", "cache_creation")
 )
+_THINKING = metrics.child(metrics.MODEL_TOKENS, "thinking")  # a part of "output"
 _chat_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
 
 

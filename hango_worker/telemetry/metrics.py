@@ -211,6 +211,28 @@ MODEL_PRICE_UNKNOWN = Counter(
     "Run attempts whose model has no price: their cost is unknown, not counted above.",
     ["gen_ai_request_model"],
 )
+MODEL_UNPRICED_UNITS = Counter(
+    "hango_model_unpriced_units",
+    "Responses with a unit that has no price (unit: service_tier=priority, "
+    "server_tool_use.<counter>, …): their run's cost is unknown, not counted above.",
+    ["gen_ai_request_model", "unit"],
+)
+SERVER_TOOL_UNITS = Counter(
+    "hango_model_server_tool_units",
+    "Server-tool units the API reported (usage.server_tool_use), by counter.",
+    ["gen_ai_request_model", "unit"],
+)
+MODEL_RESPONSES_BY_TIER = Counter(
+    "hango_model_responses_by_tier",
+    "Responses by the service tier the API reported (usage.service_tier).",
+    ["gen_ai_request_model", "service_tier"],
+)
+MODEL_STOPS = Counter(
+    "hango_model_stops",
+    "Responses that stopped for a reason the loop handles apart (pause_turn, refusal, "
+    "max_tokens mid-tool call, model_context_window_exceeded), by what followed.",
+    ["stop_reason", "then"],
+)
 RUNS_FAILED = Counter(
     "hango_runs_failed_total", "Runs that ended failed, by error type.", ["error_type"]
 )

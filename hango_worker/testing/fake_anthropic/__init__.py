@@ -20,8 +20,15 @@ given: then another key gets a 401), and records every request it receives
 
 **Script.** A list of turns in the scripted model's format (`ScriptedTurn`:
 ``text``, ``tool_calls``, ``thinking``, ``blocks``, ``stop_reason``, ``usage``,
-``delay_s``, ``error``) plus ``faults``, ``chunk_delay_s`` and
-``stop_sequence``. ``blocks`` are content blocks of any type, streamed as the API
+``delay_s``, ``error``, ``stop_details``) plus ``faults``, ``chunk_delay_s`` and
+``stop_sequence``. Any ``stop_reason`` the API has can be scripted (``pause_turn``,
+``refusal`` with its ``stop_details``, ``model_context_window_exceeded``, …).
+``usage`` is laid over the usage the fake counts, as the API's usage object:
+``output_tokens_details`` (``thinking_tokens``), ``cache_creation``,
+``server_tool_use``, ``service_tier``, ``speed``, ``inference_geo`` and fields
+nobody knows yet; ``server_tool_use`` and ``output_tokens_details`` are sent
+final in ``message_delta``, as the API does. ``blocks`` are content blocks of any
+type, streamed as the API
 streams them: a text block's ``citations`` as ``citations_delta`` frames, a
 ``server_tool_use`` input as ``input_json_delta``, every other block whole in its
 ``content_block_start`` (redacted_thinking, server tools' results, compaction, a

@@ -54,7 +54,8 @@ def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheU
         "cache_read_input_tokens": usage.cache_read_input_tokens,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens,
     }
-    counts.update(turn.usage or {})
+    scripted = turn.usage or {}
+    counts.update({k: v for k, v in scripted.items() if isinstance(v, int)})
     message = {
         "id": "",
         "type": "message",
@@ -63,8 +64,15 @@ def build_answer(turn: FakeTurn, index: int, body: dict[str, Any], usage: CacheU
         "content": content,
         "stop_reason": stop,
         "stop_sequence": _stop_sequence(turn, stop, body),
-        "usage": {**counts, "cache_creation": _creation(counts, usage), "service_tier": "standard"},
+        "usage": {
+            **counts,
+            "cache_creation": _creation(counts, usage),
+            "service_tier": "standard",
+            **scripted,  # as scripted: tier, server_tool_use, fields nobody knows yet, …
+        },
     }
+    if turn.stop_details is not None:
+        message["stop_details"] = turn.stop_details
     return Answer(
         message=message,
         cut_json=cut,
@@ -137,6 +145,7 @@ def stream_frames(answer: Answer) -> list[Frame]:
     msg = answer.message
     usage = msg["usage"]
     head = {**msg, "content": [], "stop_reason": None, "stop_sequence": None}
+    head.pop("stop_details", None)
     head["usage"] = {**usage, "output_tokens": 1}
     frames: list[Frame] = [
         ("message_start", {"type": "message_start", "message": head}),
@@ -157,19 +166,20 @@ def stream_frames(answer: Answer) -> list[Frame]:
             "output_tokens",
         )
     }
+    for key in _FINAL_USAGE:  # reported final in message_delta, as the API does
+        if key in usage:
+            delta_usage[key] = usage[key]
+    delta = {"stop_reason": msg["stop_reason"], "stop_sequence": msg["stop_sequence"]}
+    if "stop_details" in msg:
+        delta["stop_details"] = msg["stop_details"]
     frames.append(
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": msg["stop_sequence"]},
-                "usage": delta_usage,
-            },
-        )
+        ("message_delta", {"type": "message_delta", "delta": delta, "usage": delta_usage})
     )
     frames.append(("message_stop", {"type": "message_stop"}))
     return frames
 
+
+_FINAL_USAGE = ("server_tool_use", "output_tokens_details")
 
 # A frame whose data is not JSON (a "midstream_garbage" fault): sent as it is.
 GARBAGE = "garbage"
