@@ -63,6 +63,8 @@ class Sizes:
     chain_reps: int
     memory_runs: int
     memory_delay_s: float
+    # per-turn variants to run (`--variants`); empty: all of them
+    per_turn_variants: tuple[str, ...] = ()
 
 
 FULL = Sizes("full", 500, 5, 2, 3000, (1, 2), 300, 200, 5, 200, 6.0)

@@ -11,6 +11,7 @@ Table sizes are sampled at a few calls; the sampling time is subtracted.
 
 from __future__ import annotations
 
+import base64
 import random
 import statistics
 import string
@@ -67,12 +68,15 @@ def turn_call(i: int, todo: bool) -> tuple[str, dict[str, Any]]:
     return "step", {"n": i}
 
 
-def script(turns: int, todo: bool = False) -> list[dict[str, Any]]:
+def script(turns: int, todo: bool = False, thinking: bool = False) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i in range(turns):
         name, args = turn_call(i, todo)
-        out.append({"text": f"Turn {i}.", "tool_calls": [{"name": name, "input": args}]})
-    out.append({"text": "All steps done."})
+        turn: dict[str, Any] = {"text": f"Turn {i}.", "tool_calls": [{"name": name, "input": args}]}
+        if thinking:
+            turn["blocks"] = [thinking_block(i)]
+        out.append(turn)
+    out.append({"text": "All steps done.", "blocks": [thinking_block(turns)] if thinking else []})
     return out
 
 
@@ -87,6 +91,21 @@ STEP_TOOL = Tool(
     _step,
     idempotent=True,
 )
+
+
+# -- the thinking variant: every response starts with a thinking block and its signature --
+
+THINKING_CHARS = 1_500  # a few hundred tokens of thinking per turn
+# an opaque signature of the size the API sends (base64 of a few hundred bytes)
+SIGNATURE = base64.b64encode(random.Random(11).randbytes(420)).decode()
+THINKING_CONFIG = {"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 8000}
+
+
+def thinking_block(i: int) -> dict[str, Any]:
+    """The thinking block of turn i, as the API returns it (kept and sent back whole)."""
+    start = (i * 4099) % (len(_POOL) - THINKING_CHARS)
+    text = f"Turn {i}: " + _POOL[start : start + THINKING_CHARS]
+    return {"type": "thinking", "thinking": text, "signature": SIGNATURE}
 
 
 # -- the compaction variant: ~8 KB results, a window the run outgrows -----------------------
@@ -229,20 +248,26 @@ class StampingProvider:
 
 
 async def hango_run(
-    dsn: str, turns: int, *, todo: bool = False, compact: bool = False
+    dsn: str, turns: int, *, todo: bool = False, compact: bool = False, thinking: bool = False
 ) -> dict[str, Any]:
     """One `turns`-turn run through serve(); per-turn wall/CPU and bytes stored.
-    `compact`: ~8 KB tool results and a window the run outgrows (the ladder at work)."""
+    `compact`: ~8 KB tool results and a window the run outgrows (the ladder at work).
+    `thinking`: every response starts with a ~1.5 KB thinking block and its signature
+    (the agent has thinking on), so the history carries them all."""
     pool = await db.create_pool(dsn, min_size=1, max_size=2)
     conn = await asyncpg.connect(dsn)
     try:
         tools = ["step", "write_todos"] if todo else ["step"]
-        config = {"context_window": COMPACT_WINDOW} if compact else {}
+        config: dict[str, Any] = {"context_window": COMPACT_WINDOW} if compact else {}
+        if thinking:
+            config.update(THINKING_CONFIG)
         name = await bench_agent(pool, tools, config)
         rec = TurnRecorder(conn, HANGO_TABLES, frozenset(sample_points(turns)))
         model = CountingModel(turns, rec)
         provider = (
-            model if compact else StampingProvider(ScriptedProvider(script(turns, todo)), rec)
+            model
+            if compact
+            else StampingProvider(ScriptedProvider(script(turns, todo, thinking)), rec)
         )
         rungs_before = compactions()
         before = await relation_bytes(conn, HANGO_TABLES)

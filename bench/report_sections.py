@@ -14,10 +14,21 @@ LABELS = {
     "floor": "floor: raw asyncpg, one INSERT message + UPDATE state per turn, one commit",
     "hango+todo": "hango-worker, write_todos every 10th turn",
     "hango+compaction": "hango-worker, 8 KB tool results, 30k-token window (compaction)",
+    "hango+thinking": "hango-worker, thinking on: a 1.5 KB thinking block + signature per response",
     "langchain-sync": 'LangChain create_agent, durability="sync"',
     "langchain-sync+todo": 'LangChain + TodoListMiddleware, durability="sync"',
     "langchain-default": "LangChain create_agent, default durability (async)",
 }
+
+
+THINKING_NOTE = (
+    "The thinking row (`hango+thinking`) plays the same script with thinking on: every "
+    "response starts with a thinking block of about 1.5 KB and a 560-character signature, "
+    "kept in the history and sent back whole with every later call, as the API requires. "
+    "To run it alone, beside the plain row: `.venv-bench/bin/python -m bench.run --quick "
+    "--only per_turn --variants hango,hango+thinking` (drop `--quick` for 500 turns; the "
+    "results go to `bench/results/<date>.json`)."
+)
 
 
 def table(head: list[str], rows: list[list[str]]) -> str:
@@ -188,6 +199,7 @@ def per_turn_section(r: dict[str, Any]) -> str:
         table(b_head, b_rows),
     ]
     parts.append(_per_turn_ratios(pt))
+    parts.append(THINKING_NOTE)
     if "langchain-default" in v and "lag_s" in v["langchain-default"]:
         lag = v["langchain-default"]["lag_s"]
         reps = v["langchain-default"]["reps"]
@@ -246,7 +258,8 @@ def _per_turn_ratios(pt: dict[str, Any]) -> str:
     return (
         "Ratios (medians; LangChain \u00f7 hango-worker: how much cheaper hango-worker is, "
         "bytes = table growth; hango-worker \u00f7 floor: how far a hango turn is from the "
-        "least a durable turn can cost):\n\n" + table(["compared", "ratios"], rows)
+        "least a durable turn can cost; hango+thinking \u00f7 hango: what thinking blocks in "
+        "the history cost a turn):\n\n" + table(["compared", "ratios"], rows)
     )
 
 

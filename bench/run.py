@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import json
 import os
@@ -60,7 +61,7 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
         from bench import lc_side
 
         await lc_side.setup(ldb)
-    variants = ["hango", "floor", "hango+todo", "hango+compaction"]
+    variants = ["hango", "floor", "hango+todo", "hango+compaction", "hango+thinking"]
     if langchain:
         variants = [
             "hango",
@@ -69,7 +70,11 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
             "hango+todo",
             "langchain-sync+todo",
             "hango+compaction",
+            "hango+thinking",
         ]
+    if sizes.per_turn_variants:  # `--variants`: only these (and no async LangChain row)
+        variants = [v for v in variants if v in sizes.per_turn_variants]
+        langchain = langchain and "langchain-default" in sizes.per_turn_variants
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for rep in range(sizes.reps):
         for v in variants if rep % 2 == 0 else list(reversed(variants)):
@@ -94,7 +99,11 @@ async def _one_per_turn(variant: str, hdb: str, ldb: str, turns: int) -> dict[st
         return await per_turn_floor.floor_run(hdb, turns)
     if variant.startswith("hango"):
         return await per_turn.hango_run(
-            hdb, turns, todo=todo, compact=variant == "hango+compaction"
+            hdb,
+            turns,
+            todo=todo,
+            compact=variant == "hango+compaction",
+            thinking=variant == "hango+thinking",
         )
     from bench import lc_side
 
@@ -112,6 +121,18 @@ def _per_turn_ratios(out: dict[str, Any], turns: int) -> dict[str, Any]:
             r[f"wall {k}"] = ratio(h["windows"][k]["median"], fl["windows"][k]["median"])
             r[f"cpu {k}"] = ratio(h["cpu_windows"][k]["median"], fl["cpu_windows"][k]["median"])
         ratios["hango/floor"] = r
+    h, th = out.get("hango"), out.get("hango+thinking")
+    if h and th:  # thinking blocks in the history ÷ none
+        r = {}
+        for a, b in windows_for(turns):
+            k = f"{a}-{b}"
+            r[f"wall {k}"] = ratio(th["windows"][k]["median"], h["windows"][k]["median"])
+            r[f"cpu {k}"] = ratio(th["cpu_windows"][k]["median"], h["cpu_windows"][k]["median"])
+        r["bytes"] = ratio(th["bytes_per_turn"]["median"], h["bytes_per_turn"]["median"])
+        r["live bytes"] = ratio(
+            th["live_bytes_per_turn"]["median"], h["live_bytes_per_turn"]["median"]
+        )
+        ratios["hango+thinking/hango"] = r
     for suffix in ("", "+todo"):
         h, lc = out.get("hango" + suffix), out.get("langchain-sync" + suffix)
         if not h or not lc:
@@ -239,8 +260,14 @@ def main() -> None:
             "parallel_tools,claim,profile"
         ),
     )
+    ap.add_argument(
+        "--variants",
+        help="per_turn only these variants, comma-separated (e.g. hango,hango+thinking)",
+    )
     a = ap.parse_args()
     sizes = SIZES[a.sizes] if a.sizes else (QUICK if a.quick else FULL)
+    if a.variants:
+        sizes = dataclasses.replace(sizes, per_turn_variants=tuple(a.variants.split(",")))
     only = set(a.only.split(",")) if a.only else None
     for k in [k for k in os.environ if k.startswith(("OTEL_", "LANGSMITH_", "LANGCHAIN_"))]:
         del os.environ[k]

@@ -45,15 +45,26 @@ async def enqueue(
     limits: Mapping[str, Any] | None = None,
     memory_key: str | None = None,
     priority: int = 0,
+    params: Mapping[str, Any] | None = None,
 ) -> EnqueueResult:
     """Queue a run on the caller's connection (any asyncpg connection, no codecs
     needed): inside the caller's transaction it is queued iff that commits.
     `limits`: this run's own limits (max_turns, max_input_tokens, max_output_tokens,
     max_tool_calls, tool_call_limits, max_duration_s, deadline); ValueError if invalid.
     `priority`: 0 (default) to 1000; within the tenant, higher is claimed first.
-    JSON nested more than 64 levels deep, or holding a NUL: ValueError, nothing queued."""
+    JSON nested more than 64 levels deep, or holding a NUL: ValueError, nothing queued.
+    `params`: Messages API parameters for this run's model calls (thinking,
+    stop_sequences, metadata, service_tier, output_config, …), laid over the agent's
+    config; ValueError (one line) if the merged config is refused, nothing queued."""
     if limits is not None:
         check_json(limits, "limits")
+    run_params = None
+    if params is not None:
+        from hango_worker.agent.spec import check_run_params
+
+        check_json(params, "params")
+        config = await repo.agent_config(conn, tenant_id, agent)
+        run_params = check_run_params(config, params)
     return await repo.enqueue_run(
         conn,
         tenant_id=tenant_id,
@@ -64,6 +75,7 @@ async def enqueue(
         limits=parse_overrides(dict(limits)) if limits is not None else None,
         memory_key=memory_key,
         priority=priority,
+        params=run_params,
     )
 
 
@@ -125,8 +137,10 @@ class Client:
         limits: Mapping[str, Any] | None = None,
         memory_key: str | None = None,
         priority: int = 0,
+        params: Mapping[str, Any] | None = None,
     ) -> EnqueueResult:
         """Queue a run. `priority`: 0-1000, higher is claimed first within the tenant.
+        `params`: Messages API parameters for this run (see `enqueue`).
         `idempotency_key`: a second enqueue with the same key returns
         the first run (`created=False`). `conn`: enqueue on your connection, inside
         your transaction. `memory_key`: whose memory the run uses when its agent keeps
@@ -141,6 +155,7 @@ class Client:
             limits=limits,
             memory_key=memory_key,
             priority=priority,
+            params=params,
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:

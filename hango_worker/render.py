@@ -158,6 +158,10 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
             if status == "succeeded"
             else p(f"limit: {safe(run['limit_reached'])}", RED)
         )
+    run_input = run.get("input")
+    if isinstance(run_input, dict) and run_input.get("params") is not None:
+        shown = json.dumps(run_input["params"], ensure_ascii=False, sort_keys=True)
+        p.line(p(f"params {safe(shown)}", DIM))
     waiting = run.get("waiting_for")
     if status == "waiting" and isinstance(waiting, dict):
         _print_waiting(p, waiting, run.get("waiting_since"), run.get("waiting_until"))

@@ -32,7 +32,12 @@ def check_per_turn(pt: dict[str, Any]) -> None:
     ladder = pt["variants"]["hango+compaction"]
     assert set(ladder["compactions"]) == {"clear_tool_results", "sliding_window", "summary"}
     check_summary(ladder["summary_calls"])
-    for key in ("hango", "hango+todo", "hango+compaction"):
+    assert set(pt["ratios"]["hango+thinking/hango"]) >= {"bytes", "live bytes"}
+    live = {
+        k: pt["variants"][k]["live_bytes_per_turn"]["median"] for k in ("hango", "hango+thinking")
+    }
+    assert live["hango+thinking"] > live["hango"] + 500, live  # its thinking blocks are stored
+    for key in ("hango", "hango+todo", "hango+compaction", "hango+thinking"):
         v = pt["variants"][key]
         assert len(v["series_ms"]) == SMOKE.turns and all(map(positive, v["series_ms"]))
         assert list(v["windows"]) == [f"{a}-{b}" for a, b in windows_for(SMOKE.turns)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -116,6 +117,54 @@ class AgentConfig(Budget):
         if len(set(self.skills)) != len(self.skills):
             raise ValueError("skills lists a skill twice")
         return self
+
+
+def with_params(config: AgentConfig, params: Mapping[str, Any]) -> AgentConfig:
+    """`config` with a run's Messages API parameter overrides laid over it: each key
+    replaces the agent's value (null unsets it), and the merged config is validated by
+    the same rules as `agents.config` (provider/params.py), so a combination of the
+    agent's settings and the run's (thinking with the agent's temperature, a budget
+    not below the agent's max_tokens) is refused naming both keys. ValueError: one line.
+    Only the API's parameters may be overridden (`api.ALL_PARAMS`)."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a JSON object, got {type(params).__name__}")
+    for key in params:
+        if key not in api.ALL_PARAMS:
+            raise ValueError(
+                f"params.{key}: not a Messages API parameter this SDK knows (a run "
+                "overrides only those; limits go in the run's limits, hango's own "
+                "settings in the agent's config)"
+            )
+    merged = {**config.model_dump(exclude_none=True), **params}
+    try:
+        return AgentConfig.model_validate(merged)
+    except ValidationError as e:
+        raise ValueError(str(e.errors()[0]["msg"])) from None
+
+
+def check_run_params(agent_config: Mapping[str, Any], params: Any) -> dict[str, Any]:
+    """A producer's per-run parameters checked against its agent's config (as stored in
+    `agents.config`); what to store as `runs.input.params`. ValueError: one line."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a JSON object, got {type(params).__name__}")
+    try:
+        config = AgentConfig.model_validate(dict(agent_config))
+    except ValidationError as e:  # the agent itself: its row was edited by hand
+        raise ValueError(f"the agent's config is invalid: {e.errors()[0]['msg']}") from None
+    with_params(config, params)
+    return dict(params)
+
+
+def with_user_id(config: AgentConfig, user_id: str) -> AgentConfig:
+    """`config` with `metadata.user_id` set to `user_id` unless the config sets one (the
+    agent's or the run's metadata wins). The worker passes the run's tenant id: an
+    opaque, stable id per tenant, so Anthropic's abuse signals are per tenant and no
+    name (which may be personal data) leaves hango."""
+    metadata = (config.model_extra or {}).get("metadata")
+    if isinstance(metadata, dict) and metadata.get("user_id") is not None:
+        return config
+    base = metadata if isinstance(metadata, dict) else {}
+    return config.model_copy(update={"metadata": {**base, "user_id": user_id}})
 
 
 class AgentSpecError(ValueError):

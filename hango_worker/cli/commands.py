@@ -152,20 +152,37 @@ async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
             limits = parse_overrides(json_arg(a.limits, "--limits"))
         except ValueError as e:
             raise CliError(f"--limits: {e}") from None
+    params = None if a.params is None else json_arg(a.params, "--params")
     async with pool_for(s) as (_, pool):
+        tenant_id = await tenant_of(pool, a)
+        if params is not None:
+            params = await _run_params(pool, tenant_id, a.agent, params)
         r = await repo.enqueue_run(
             pool,
-            tenant_id=await tenant_of(pool, a),
+            tenant_id=tenant_id,
             agent=a.agent,
             input_text=text,
             session_id=a.session,
             limits=limits,
             memory_key=a.memory_key,
             priority=a.priority,
+            params=params,
         )
     ids = {"run_id": r.run_id, "session_id": r.session_id}
     print(json.dumps(ids) if a.json else ids["run_id"])
     return exits.OK
+
+
+async def _run_params(
+    pool: asyncpg.Pool, tenant_id: str, agent: str, params: Any
+) -> dict[str, Any]:
+    """`--params` checked against the agent's config (agent/spec.py check_run_params)."""
+    from hango_worker.agent.spec import check_run_params
+
+    try:
+        return check_run_params(await repo.agent_config(pool, tenant_id, agent), params)
+    except ValueError as e:
+        raise CliError(f"--params: {e}") from None
 
 
 async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:

@@ -109,6 +109,13 @@ def _enqueue(cmd: Callable[..., argparse.ArgumentParser]) -> None:
         help='this run\'s own limits, e.g. {"max_turns": 10, "max_output_tokens": 20000}',
     )
     e.add_argument(
+        "--params",
+        type=text,
+        metavar="JSON",
+        help="Messages API parameters for this run, over the agent's config, e.g. "
+        '{"thinking": {"type": "enabled", "budget_tokens": 2048}}',
+    )
+    e.add_argument(
         "--memory-key",
         type=memory_key,
         help="whose memory the run uses when its agent's memory_scope is 'key' (e.g. a user id)",

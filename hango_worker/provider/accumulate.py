@@ -6,6 +6,8 @@ returned unstreamed, and kept so (docs/system-architecture.md, "Content blocks")
 - `text`, `thinking`, `tool_use` become the typed blocks hango reads, each keeping the
   fields it does not model in `extra`, exactly as received (a text block's
   `citations`, to which every `citations_delta` appends its citation);
+- a `compaction_delta` sets the fields it carries (`content`, `encrypted_content`) on
+  its compaction block, as the SDK's own accumulator does (the API sends one, whole);
 - any other type (redacted_thinking, server_tool_use, web_search_tool_result,
   web_fetch_tool_result, code execution results, container_upload, compaction, a type
   added after this code) is a `RawBlock` of its whole object; an `input_json_delta` to
@@ -174,7 +176,7 @@ class Accumulator:
 
     def _delta(self, event: RawContentBlockDeltaEvent) -> None:
         delta = event.delta
-        kind = delta.type
+        kind: str = delta.type  # beta types too (compaction_delta)
         parts = self._parts.get(event.index)
         if parts is None:
             raise ValueError(f"a {kind} for block {event.index}, which is not open")
@@ -188,6 +190,8 @@ class Accumulator:
             block.signature += delta.signature  # type: ignore[union-attr]
         elif kind == "citations_delta":
             merge_delta(_fields(block), {"citations": [as_json(delta.citation)]})  # type: ignore[union-attr]
+        elif kind == "compaction_delta":  # the SDK's rule: its fields replace the block's
+            _fields(block).update({k: v for k, v in as_json(delta).items() if k != "type"})
         else:
             self._unknown_delta(block, as_json(delta))
 

@@ -19,7 +19,7 @@ from hango_worker.agent.mw_hitl import DecisionRecord
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import MemoryBinding, MemoryScopeError, scope_for
 from hango_worker.agent.ports import Outcome
-from hango_worker.agent.spec import AgentSpec, AgentSpecError
+from hango_worker.agent.spec import AgentSpec, AgentSpecError, with_params, with_user_id
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
@@ -83,7 +83,9 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
         raise LoadError(
             ErrorType.AGENT_NOT_FOUND, f"agent {c.agent_id} of run {c.run_id} does not exist"
         )
-    agent = _agent(ctx)
+    agent = _agent(ctx, c.tenant_id)
+    if isinstance(c.input, dict) and c.input.get("params") is not None:
+        agent = _with_run_params(agent, c.input["params"], c.tenant_id)
     rows = [_Row(*r) for r in zip(ctx["seqs"], ctx["roles"], ctx["contents"], strict=True)]
     messages = _messages(rows)
     persisted = len(messages)
@@ -130,6 +132,16 @@ def _overrides(run_input: Any) -> RunOverrides | None:
         ) from None
 
 
+def _with_run_params(agent: AgentSpec, params: Any, tenant_id: str) -> AgentSpec:
+    """The agent with the run's own Messages API parameters (`runs.input.params`) laid
+    over its config, checked again here (the SQL API stores them unchecked)."""
+    try:
+        config = with_params(agent.config, params)
+    except ValueError as e:
+        raise LoadError(ErrorType.INVALID_INPUT, f"runs.input.params: {e}") from None
+    return agent.model_copy(update={"config": with_user_id(config, tenant_id)})
+
+
 def _decisions(rows: list[Any], pending: Message) -> dict[str, DecisionRecord]:
     """The decisions for the pending turn's calls, each tied to its call (name, input)."""
     calls = {u.id: u for u in pending.tool_uses()}
@@ -158,12 +170,15 @@ _AGENTS: dict[tuple[str, str], AgentSpec] = {}
 MAX_CACHED_AGENTS = 1024
 
 
-def _agent(ctx: Any) -> AgentSpec:
+def _agent(ctx: Any, tenant_id: str) -> AgentSpec:
+    """The parsed agent, with the tenant's id as `metadata.user_id` unless its config sets
+    one (an agent belongs to one tenant, so the cached spec carries it)."""
     key = (str(ctx["agent_row"]), str(ctx["version"]))
     found = _AGENTS.get(key)
     if found is None:
         row = {k: ctx[k] for k in ("name", "model", "system", "tools", "config")}
         found = _parse_agent({"id": ctx["agent_row"], **row})
+        found = found.model_copy(update={"config": with_user_id(found.config, tenant_id)})
         if len(_AGENTS) >= MAX_CACHED_AGENTS:
             _AGENTS.clear()
         _AGENTS[key] = found
@@ -322,9 +337,17 @@ async def execute(deps: RunDeps, c: Claim, control: RunControl) -> Outcome | Non
         cost_before=c.cost_before,
         parent=parent,
         links=links,
-        span_attributes={"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id},
+        span_attributes=_span_attributes(deps, c),
     )
     return await loop.run(state, info)
+
+
+def _span_attributes(deps: RunDeps, c: Claim) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"hango.run.attempt": c.attempt, "hango.worker.id": deps.worker_id}
+    params = c.input.get("params") if isinstance(c.input, dict) else None
+    if isinstance(params, dict) and params:  # the run's own API parameters: their names
+        attrs["hango.run.params"] = sorted(params)
+    return attrs
 
 
 async def fail_run(deps: RunDeps, c: Claim, control: RunControl, error: dict[str, Any]) -> Outcome:

@@ -115,6 +115,9 @@ async def fork(
         new_run, new_session = str(uuid.uuid4()), str(uuid.uuid4())
         await conn.execute(_NEW_SESSION, new_session, tenant_id, src["agent_id"])
         run_input = {"text": input_text or "", "fork": {"run_id": run_id, "at_turn": at_turn}}
+        src_input = src.get("input")
+        if isinstance(src_input, dict) and src_input.get("params") is not None:
+            run_input["params"] = src_input["params"]  # the run's own API parameters go on
         await conn.execute(
             _NEW_RUN, new_run, tenant_id, new_session, src["agent_id"], json.dumps(run_input), state
         )

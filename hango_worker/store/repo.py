@@ -90,6 +90,22 @@ async def list_agents(db: asyncpg.Pool, tenant_id: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
+async def agent_config(
+    db: asyncpg.Pool | asyncpg.Connection, tenant_id: str, name_or_id: str
+) -> dict[str, Any]:
+    """An agent's `config` (decoded here: the caller's connection may have no codecs)."""
+    text = await db.fetchval(
+        "SELECT config::text FROM agents WHERE tenant_id = $1::text::uuid "
+        "AND (name = $2 OR id::text = $2) ORDER BY name = $2 DESC LIMIT 1",
+        tenant_id,
+        name_or_id,
+    )
+    if text is None:
+        raise NotFound(f"no agent {name_or_id!r} in this tenant")
+    config = json.loads(text)
+    return config if isinstance(config, dict) else {}
+
+
 async def find_agent(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[str, Any]:
     row = await db.fetchrow(
         "SELECT id::text, name, model, system, tools, config FROM agents "
@@ -166,6 +182,7 @@ async def enqueue_run(
     limits: dict[str, Any] | None = None,
     memory_key: str | None = None,
     priority: int = 0,
+    params: dict[str, Any] | None = None,
 ) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers, through
     the producer API's one implementation (`hango_enqueue_run`, docs/producers.md).
@@ -177,7 +194,9 @@ async def enqueue_run(
     tenant) is returned instead of a new one. `limits`: the run's own limits, already
     validated (`agent.limits.parse_overrides`), stored as `runs.input.limits`.
     `memory_key`: whose memory the run uses when its agent keeps memory per caller
-    (`memory_scope` "key"), e.g. an end user."""
+    (`memory_scope` "key"), e.g. an end user. `params`: the run's own Messages API
+    parameters, already checked against the agent (`agent.spec.check_run_params`),
+    stored as `runs.input.params`."""
     if session_id is not None:
         try:
             uuid.UUID(session_id)
@@ -190,6 +209,8 @@ async def enqueue_run(
         )
     check_priority(priority)
     config = _run_config(limits, memory_key)
+    if params is not None:
+        config = {**(config or {}), "params": params}
     try:
         row = await db.fetchrow(
             producer_api.ENQUEUE,
