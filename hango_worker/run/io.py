@@ -323,6 +323,7 @@ class PgRunIO:
             outcome.waiting if outcome else None,
             [turn for turn, _ in kept],
             [st for _, st in kept],
+            _dumps(outcome.output) if outcome and outcome.has_output else None,
         )
         del state.file_writes[: len(writes)]
         await self._wake_after(outcome)
@@ -450,6 +451,7 @@ class PgRunIO:
             None,
             [],
             [],
+            None,
         )
 
     # -- FileStore: the run's files, plain reads scoped by run id --------------------------
