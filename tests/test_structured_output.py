@@ -299,3 +299,17 @@ async def test_the_fake_refuses_structured_outputs_for_a_model_without_them(
     assert run["status"] == "failed"
     assert run["error"]["type"] == "invalid_request_error"
     assert "does not support structured outputs" in run["error"]["message"]
+
+
+async def test_the_final_tool_beside_other_calls_is_answered_as_an_error_not_taken(
+    pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, claude: AnthropicProvider
+) -> None:
+    await _agent(pool, OLDER, ["current_time"])
+    both = {"tool_calls": [call("current_time"), call("final_answer", **GOOD)]}
+    fake.load([both, _final(GOOD)])
+    run = await _run(pool, dsn, claude)
+    assert run["status"] == "succeeded", run["error"]
+    assert run["output"] == GOOD
+    results = fake.requests[1].body["messages"][-1]["content"]
+    assert [r.get("is_error", False) for r in results] == [False, True]
+    assert "call it alone" in results[1]["content"]
