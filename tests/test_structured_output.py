@@ -111,6 +111,7 @@ async def test_native_answer_is_the_runs_output_everywhere(
     assert "tool_choice" not in body and not body.get("tools")
     shown = json.loads(cli(dsn, "runs", "show", run["id"], "--json").stdout)
     assert shown["output"] == GOOD
+    assert f"output: {json.dumps(GOOD)}" in cli(dsn, "runs", "show", run["id"]).stdout
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("SET LOCAL ROLE hango_producer")
         view = await conn.fetchval("SELECT output FROM hango_api.runs WHERE run_id = $1", run["id"])
