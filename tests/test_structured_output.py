@@ -314,3 +314,34 @@ async def test_the_final_tool_beside_other_calls_is_answered_as_an_error_not_tak
     results = fake.requests[1].body["messages"][-1]["content"]
     assert [r.get("is_error", False) for r in results] == [False, True]
     assert "call it alone" in results[1]["content"]
+
+
+async def test_a_subagent_with_a_schema_hands_its_parent_the_output(
+    pool: asyncpg.Pool, dsn: str, claude: AnthropicProvider, fake: FakeAnthropic
+) -> None:
+    await _agent(pool, OLDER)  # the child: "agent", the forced final tool
+    await repo.create_agent(
+        pool,
+        tenant_id=T,
+        name="boss",
+        model=OLDER,
+        system=["Boss."],
+        tools=["task"],
+        config={"subagents": ["agent"]},
+    )
+
+    def play(rec: Any) -> dict[str, Any]:
+        if rec.body["system"][0]["text"] != "Boss.":
+            return _final(GOOD)
+        if rec.turn_index == 0:  # its own id: the child's first call is toolu_s0000_0 too
+            task = call("task", description="extract", subagent_type="agent")
+            return {"tool_calls": [{**task, "id": "toolu_task_0"}]}
+        return {"text": "done"}
+
+    fake.handler = play
+    run_id = (await repo.enqueue(pool, tenant_id=T, agent="boss", input_text="go"))["run_id"]
+    await run_until_idle(dsn, claude)
+    run = await Client(pool).get(run_id)
+    assert run["status"] == "succeeded", run["error"]
+    (result,) = fake.requests[-1].body["messages"][-1]["content"]
+    assert json.loads(result["content"]) == GOOD

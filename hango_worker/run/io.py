@@ -113,7 +113,10 @@ class Claim:
 
 
 def _child(row: Any) -> ChildRun:
-    """A child run's row as its parent sees it: its final text answer, or its error."""
+    """A child run's row as its parent sees it: its final text answer (its structured
+    output as JSON text, when its agent has an output_schema), or its error."""
+    if row["output"] is not None:
+        return ChildRun(row["id"], row["status"], str(row["output"]))
     answer = ""
     try:
         blocks = json.loads(row["last"]) if row["last"] else []

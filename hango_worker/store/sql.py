@@ -345,7 +345,7 @@ SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM ag) AS agen
 CHILD_OF = """
 SELECT r.id::text AS id, r.status, r.error::text AS error,
     (SELECT m.content::text FROM messages m WHERE m.run_id = r.id AND m.role = 'assistant'
-     ORDER BY m.seq DESC LIMIT 1) AS last
+     ORDER BY m.seq DESC LIMIT 1) AS last, r.output::text AS output
 FROM runs r WHERE r.parent_run_id = $1 AND r.parent_tool_use_id = $2
 """
 
