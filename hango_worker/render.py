@@ -170,6 +170,9 @@ def print_run(p: Painter, run: dict[str, Any]) -> None:
     if run.get("error"):
         err = run["error"]
         p.line(p(f"error {safe(err.get('type'))}: {safe(err.get('message'))}", RED))
+    if run.get("output") is not None:  # a structured answer (docs/structured-output.md)
+        shown = json.dumps(run["output"], ensure_ascii=False)
+        p.line(p("output: ", BOLD) + safe(shown if len(shown) <= 2000 else shown[:1999] + "…"))
     if run.get("parent_run_id"):
         p.line(p(f"subagent of run {run['parent_run_id']} (depth {run.get('depth')})", DIM))
     for c in run.get("children") or []:

@@ -53,6 +53,7 @@ class ErrorType(StrEnum):
     INTERNAL_ERROR = "internal_error"
     CONTEXT_WINDOW_TOO_SMALL = "context_window_too_small"
     RATE_LIMIT_TOO_SMALL = "rate_limit_too_small"
+    OUTPUT_INVALID = "output_invalid"  # the final answer broke output_schema twice
     # the model stopped
     REFUSAL = "refusal"
     MODEL_CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"

@@ -283,7 +283,7 @@ async def test_checkpoints_of_a_batch_share_one_statement_each_run_getting_its_o
         await listener.add_listener("hango_done", lambda *args: done.append(args[3]))
         held = await _hold(gc)
         merged, before = _merged(), _batches()
-        outcomes = [None, Outcome("succeeded"), None]
+        outcomes = [None, Outcome("succeeded", output=[{"n": 1}], has_output=True), None]
         await asyncio.gather(
             *(
                 _write(_io(pool, x, gc), i + 1, o)
@@ -311,6 +311,10 @@ async def test_checkpoints_of_a_batch_share_one_statement_each_run_getting_its_o
         run = ("succeeded", None, True) if o else ("running", WORKER, False)
         assert got["run"] == [(*run, f"todo of {rid}")]
     assert done == [claims[1].run_id]
+    outputs = "SELECT output::text FROM runs WHERE id = ANY($1::uuid[]) ORDER BY id"
+    ids = sorted(x.run_id for x in claims)
+    want = {claims[1].run_id: '[{"n": 1}]'}  # a structured answer (agent/mw_output.py)
+    assert [r[0] for r in await pool.fetch(outputs, ids)] == [want.get(i) for i in ids]
 
 
 async def test_next_landing_is_none_when_idle_and_done_when_the_commit_returns(

@@ -89,9 +89,10 @@ async def test_downgrade_steps_drop_what_each_revision_added_and_upgrade_restore
 ) -> None:
     await migrate.upgrade(empty_dsn, "head")
     assert "rate_limits" in await _tables(empty_dsn)
-    assert "priority" in await _columns(empty_dsn, "runs")
+    assert {"priority", "output"} <= await _columns(empty_dsn, "runs")
     assert {"weight", "max_running"} <= await _columns(empty_dsn, "tenants")
     await migrate.downgrade(empty_dsn, "0009_producer_api")
+    assert "output" not in await _columns(empty_dsn, "runs")
     assert "rate_limits" not in await _tables(empty_dsn)
     assert "priority" not in await _columns(empty_dsn, "runs")
     assert not {"weight", "max_running"} & await _columns(empty_dsn, "tenants")

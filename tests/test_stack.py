@@ -16,7 +16,7 @@ from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
 
 def test_default_stack_order_is_pinned() -> None:
     stack = default_stack(StackConfig(allowlist=("calculator",)))
-    assert len(stack) == 11  # every slot of the design, unbuilt ones as None
+    assert len(stack) == 12  # every slot of the design, unbuilt ones as None
     assert [m.name if m else None for m in stack] == [
         None,  # Skills
         "filesystem",
@@ -27,6 +27,7 @@ def test_default_stack_order_is_pinned() -> None:
         "repeat_call",
         "prompt_cache",
         None,  # Memory
+        None,  # Output
         "human_in_the_loop",
         "tool_allowlist",
     ]
@@ -44,7 +45,7 @@ def test_default_stack_order_is_pinned() -> None:
 def test_the_skills_slot_is_index_0_for_agents_that_enable_skills() -> None:
     cfg = StackConfig(allowlist=("load_skill",), skill_names=("pdf",), skills=InMemorySkillStore())
     stack = default_stack(cfg)
-    assert len(stack) == 11
+    assert len(stack) == 12
     assert stack[0] is not None and stack[0].name == "skills"  # outermost
     chain = Chain(stack)
     assert [m.name for m in chain.run_hooks] == ["skills", "repair_tool_calls"]

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from hango_worker.agent.middleware import (
+    Answer,
+    AnswerCheck,
     CallOrder,
     Middleware,
     ModelHandler,
@@ -46,7 +48,15 @@ def _compose_tool(wrappers: Sequence[ToolWrapper], base: ToolHandler) -> ToolHan
     return handler
 
 
-_CAPABILITIES = (ModelWrapper, ToolWrapper, RunHook, ToolProvider, PromptContributor, CallOrder)
+_CAPABILITIES = (
+    ModelWrapper,
+    ToolWrapper,
+    RunHook,
+    ToolProvider,
+    PromptContributor,
+    CallOrder,
+    AnswerCheck,
+)
 # isinstance against runtime_checkable protocols is slow (it inspects the class every
 # time); a middleware class's capabilities never change, so they are looked up once.
 _capability_cache: dict[type, tuple[bool, ...]] = {}
@@ -57,7 +67,7 @@ _partition_cache: dict[tuple[type, ...], tuple[tuple[int, ...], ...]] = {}
 
 def capabilities(m: Middleware) -> tuple[bool, ...]:
     """(model wrapper, tool wrapper, run hook, tool provider, prompt contributor,
-    call order)."""
+    call order, answer check)."""
     cls = type(m)
     found = _capability_cache.get(cls)
     if found is None:
@@ -100,6 +110,7 @@ class Chain:
         self._model: tuple[ModelHandler, ModelHandler] | None = None
         self._tool: tuple[ToolHandler, ToolHandler] | None = None
         self._ordering: list[CallOrder] = having(5)
+        self.answer_checks: list[AnswerCheck] = having(6)
 
     async def model_call(self, req: ModelRequest, base: ModelHandler) -> ModelResponse:
         if self._model is None or self._model[0] is not base:
@@ -114,6 +125,14 @@ class Chain:
     def runs_alone(self, call: ToolUseBlock) -> bool:
         """Whether a middleware needs this call handled alone, in call order."""
         return any(m.runs_alone(call) for m in self._ordering)
+
+    def check_answer(self, state: State, resp: ModelResponse, last: bool) -> Answer | None:
+        """The first answer check's verdict on a model reply (None: no check has one)."""
+        for c in self.answer_checks:
+            verdict = c.check_answer(state, resp, last)
+            if verdict is not None:
+                return verdict
+        return None
 
     async def before_run(self, state: State) -> None:
         """Each hook once per run attempt, under one `agent.before_run` span."""

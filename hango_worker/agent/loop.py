@@ -34,7 +34,7 @@ from hango_worker.agent.limits import (
     ToolCounts,
     ask_for_answer,
 )
-from hango_worker.agent.middleware import ModelRequest, ModelResponse, ToolCallRequest
+from hango_worker.agent.middleware import Answer, ModelRequest, ModelResponse, ToolCallRequest
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, StateError, dump_state
@@ -263,6 +263,10 @@ class AgentLoop(ToolBatches):
         with turn_span(f"turn {turn}", {"hango.turn.index": turn}):
             self._keep_state(state)  # the previous turn's end, kept with this checkpoint
             resp = await self._model_turn(state, turn)
+            if self.chain.answer_checks:  # an output_schema (agent/mw_output.py)
+                answer = self.chain.check_answer(state, resp, False)
+                if answer is not None:
+                    return self._answered(state, answer)
             uses = resp.message.tool_uses()
             if not uses or resp.stop_reason in stops.ENDS_RUN:
                 return self._final_outcome(resp)
@@ -315,6 +319,11 @@ class AgentLoop(ToolBatches):
         ) as span:
             span.add_event("agent.limit_reached", {"hango.run.limit": reached.limit})
             resp = await self._model_turn(state, turn, {"type": "none"})
+            answer = self.chain.check_answer(state, resp, True)
+        if answer is not None:
+            done = self._answered(state, answer) or Outcome("failed", reached.error())
+            done.limit = reached.limit
+            return done
         if resp.message.tool_uses():  # a model that ignored tool_choice: none
             error = reached.error()
             error["message"] += "; the wind-up answer called tools instead of answering"
@@ -330,6 +339,17 @@ class AgentLoop(ToolBatches):
             "stop_reason": str(resp.stop_reason),
             "usage": resp.usage.to_dict(),
         }
+
+    @staticmethod
+    def _answered(state: State, answer: Answer) -> Outcome | None:
+        """An answer check's verdict (agent/middleware.py:Answer): None, another turn."""
+        if answer.reply is not None:
+            state.messages.append(answer.reply)
+        if answer.error is not None:
+            return Outcome("failed", answer.error)
+        if not answer.accepted:
+            return None
+        return Outcome("succeeded", output=answer.output, has_output=True)
 
     @staticmethod
     def _final_outcome(resp: ModelResponse) -> Outcome | None:

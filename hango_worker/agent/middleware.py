@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from hango_worker.agent.state import State
 from hango_worker.provider.types import (
+    Message,
     Request,
     Response,
     TextBlock,
@@ -164,3 +165,27 @@ class CallOrder(Protocol):
     name: str
 
     def runs_alone(self, call: ToolUseBlock) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An AnswerCheck's verdict on a reply that gives the run's final answer: `reply`
+    joins the history first (the final tool's result, or what is wrong with the answer);
+    then the run ends `succeeded` with `output` (`accepted`), or `failed` with `error`,
+    or (neither) goes on with another turn, counted like any turn."""
+
+    reply: Message | None = None
+    accepted: bool = False
+    output: Any = None
+    error: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class AnswerCheck(Protocol):
+    """A middleware that checks the final answer (agent/mw_output.py). Called by the loop
+    after every model reply (`last`: the wind-up's reply, no turn may follow); None: not
+    an answer it checks, the loop goes on as without it."""
+
+    name: str
+
+    def check_answer(self, state: State, resp: ModelResponse, last: bool) -> Answer | None: ...

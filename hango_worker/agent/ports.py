@@ -34,6 +34,10 @@ class Outcome:
     # seconds the run waited for the fleet-wide rate limit (None: no limit configured)
     rate_wait_s: float | None = None
     unpriced: str | None = None  # cost None: the units that had no price (agent/cost.py)
+    # status "succeeded" of an agent with an output_schema: the parsed final answer
+    # (stored as runs.output; agent/mw_output.py)
+    output: Any = None
+    has_output: bool = False
 
     def usage_dict(self) -> dict[str, Any]:
         """The run's `usage` record: the four token counts (and the 1 h writes), cost_usd

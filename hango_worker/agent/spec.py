@@ -11,6 +11,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -18,6 +19,7 @@ from pydantic_core import PydanticCustomError
 from hango_worker.agent.limits import Budget
 from hango_worker.agent.mw_hitl import ApprovalRule
 from hango_worker.provider import params as api
+from hango_worker.provider import structured
 from hango_worker.provider.types import TextBlock
 
 # a skill's name, as Anthropic's Agent Skills format allows it (store/skills.py checks it too)
@@ -71,6 +73,44 @@ class AgentConfig(Budget):
     summary_model: str | None = Field(default=None, min_length=1, max_length=200)
 
     server_tools: list[dict[str, Any]] | None = Field(default=None, max_length=64)
+    # a structured final answer (agent/mw_output.py, docs/structured-output.md): the JSON
+    # Schema it must match, and how it is asked for (auto: the API's structured outputs
+    # where the model has them, else the forced final tool)
+    output_schema: dict[str, Any] | None = None
+    output_mode: Literal["auto", "native", "tool"] = "auto"
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                structured.check_schema(v)
+            except ValueError as e:
+                raise PydanticCustomError("output_schema", "{why}", {"why": str(e)}) from None
+        return v
+
+    @model_validator(mode="after")
+    def _output_schema(self) -> AgentConfig:
+        if self.output_schema is None:
+            return self
+        fmt = (self.model_extra or {}).get("output_config") or {}
+        if isinstance(fmt, dict) and fmt.get("format") is not None:
+            raise PydanticCustomError(
+                "output_schema",
+                "output_schema and output_config.format cannot both be set: "
+                "output_schema sends output_config.format itself",
+            )
+        if self.output_mode == "native":
+            try:
+                structured.output_format(self.output_schema)
+            except (ValueError, TypeError) as e:
+                raise PydanticCustomError(
+                    "output_schema",
+                    "output_schema: the API's structured outputs cannot express it ({why}); "
+                    "use output_mode auto or tool",
+                    {"why": str(e)},
+                ) from None
+        return self
 
     @model_validator(mode="after")
     def _api_params(self) -> AgentConfig:

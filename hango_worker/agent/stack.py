@@ -17,6 +17,8 @@ from hango_worker.agent.mw_filesystem import DEFAULT_OFFLOAD_THRESHOLD_BYTES, FI
 from hango_worker.agent.mw_hitl import ASK_USER, ApprovalRule, DecisionRecord, HumanInTheLoop
 from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.mw_memory import Memory, MemoryBinding
+from hango_worker.agent.mw_output import TOOL_NAME as OUTPUT_TOOL
+from hango_worker.agent.mw_output import Output, OutputSpec
 from hango_worker.agent.mw_prompt_cache import CacheTTL, PromptCache
 from hango_worker.agent.mw_repair import RepairToolCalls
 from hango_worker.agent.mw_repeat import RepeatCall
@@ -59,6 +61,8 @@ class StackConfig:
     # the agent's enabled skills (config.skills) and the tenant's skill store (read port)
     skill_names: tuple[str, ...] = ()
     skills: SkillStore | None = None
+    # the agent's output_schema and how it is asked for (None: a free-text answer)
+    output: OutputSpec | None = None
 
     @classmethod
     def for_agent(
@@ -75,8 +79,10 @@ class StackConfig:
         """The agent's configuration over the worker's defaults; `decisions`: a person's,
         for a run resumed after waiting."""
         c = agent.config
+        output = OutputSpec.for_agent(agent)
+        final = (OUTPUT_TOOL,) if output is not None and output.mode == "tool" else ()
         return cls(
-            tuple(agent.tools),
+            (*agent.tools, *final),
             c.repeat_call_threshold or repeat_call_threshold,
             files=files,
             offload_threshold_bytes=c.offload_threshold_bytes or DEFAULT_OFFLOAD_THRESHOLD_BYTES,
@@ -93,6 +99,7 @@ class StackConfig:
             max_depth=c.max_depth or DEFAULT_MAX_DEPTH,
             skill_names=tuple(c.skills),
             skills=skills,
+            output=output,
         )
 
 
@@ -142,6 +149,8 @@ def default_stack(cfg: StackConfig) -> list[Middleware | None]:
         PromptCache(cfg.cache_ttl),
         # Memory: after the cache breakpoint; its blocks change often.
         _memory(cfg),
+        # Output: checks the final answer; its final tool (tool mode) is in the allowlist.
+        Output(cfg.output) if cfg.output is not None else None,
         # HumanInTheLoop: just outside the allowlist, so approvals see calls after every
         # rewrite; it sees a call before the allowlist does, so it must skip banned tools.
         HumanInTheLoop(

@@ -228,9 +228,11 @@ def _json(v: Any) -> str | None:
 
 def checkpoint_many_args(writes: list[_Write]) -> tuple[list[Any], ...]:
     """sql.CHECKPOINT's arguments of several runs as sql.CHECKPOINT_MANY's arrays: the
-    per-run values ($1-$10, $21) one element per run, each run's rows tagged with its id."""
+    per-run values ($1-$10, $21; $24 last) one element per run, each run's rows tagged
+    with its id."""
     per_run: tuple[list[Any], ...] = tuple([] for _ in range(11))
     rows: tuple[list[Any], ...] = tuple([] for _ in range(16))
+    outputs: list[Any] = []
     # each row group of CHECKPOINT (messages, events, files, states): its first argument,
     # its number of arrays, where it starts in CHECKPOINT_MANY's rows (each group there
     # begins with its run-id array)
@@ -240,12 +242,13 @@ def checkpoint_many_args(writes: list[_Write]) -> tuple[list[Any], ...]:
         run = a[0]
         for i, v in enumerate((*a[:10], a[20])):
             per_run[i].append(_json(v) if i in (3, 6, 7, 10) else v)
+        outputs.append(a[23])
         for first, width, out in groups:
             n = len(a[first])
             rows[out].extend([run] * n)
             for k in range(width):
                 rows[out + 1 + k].extend(a[first + k])
-    return per_run + rows
+    return (*per_run, *rows, outputs)
 
 
 def _by_run(writes: list[_Write], rows: list[Any]) -> list[tuple[_Write, Any]]:

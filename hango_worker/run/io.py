@@ -113,7 +113,10 @@ class Claim:
 
 
 def _child(row: Any) -> ChildRun:
-    """A child run's row as its parent sees it: its final text answer, or its error."""
+    """A child run's row as its parent sees it: its final text answer (its structured
+    output as JSON text, when its agent has an output_schema), or its error."""
+    if row["output"] is not None:
+        return ChildRun(row["id"], row["status"], str(row["output"]))
     answer = ""
     try:
         blocks = json.loads(row["last"]) if row["last"] else []
@@ -323,6 +326,7 @@ class PgRunIO:
             outcome.waiting if outcome else None,
             [turn for turn, _ in kept],
             [st for _, st in kept],
+            _dumps(outcome.output) if outcome and outcome.has_output else None,
         )
         del state.file_writes[: len(writes)]
         await self._wake_after(outcome)
@@ -450,6 +454,7 @@ class PgRunIO:
             None,
             [],
             [],
+            None,
         )
 
     # -- FileStore: the run's files, plain reads scoped by run id --------------------------

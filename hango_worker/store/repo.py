@@ -273,7 +273,7 @@ RUN_COLUMNS = (
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
     "started_at, finished_at, limit_reached, waiting_for::text AS waiting_for, "
     "waiting_since, waiting_until, parent_run_id::text AS parent_run_id, parent_tool_use_id, "
-    "depth, priority"
+    "depth, priority, output::text AS output"
 )
 
 
@@ -291,6 +291,7 @@ async def get_run(db: asyncpg.Pool, tenant_id: str, run_id: str) -> dict[str, An
     run["input"] = readable_json(run["input"])
     run["state_json"] = readable_json(run["state_json"])
     run["waiting_for"] = readable_json(run["waiting_for"])
+    run["output"] = readable_json(run["output"])  # the structured answer (output_schema)
     return run
 
 

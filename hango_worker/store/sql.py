@@ -61,6 +61,7 @@ LOAD_DECISIONS = (
 # run files still in the outbox (State.file_writes; normally flushed by RECORD_TOOL).
 # A run that suspends for a person ends its attempt here too (status 'waiting', $21).
 # The state at the end of a turn is kept in run_states when it changed ($22, $23).
+# A run that ends with a structured answer stores it as runs.output ($24, JSON text).
 # A NULL state leaves state_json as found (a run failed before its state was read).
 CHECKPOINT = f"""
 WITH fence AS (
@@ -77,6 +78,7 @@ WITH fence AS (
         usage = coalesce($8::jsonb, usage),
         trace_parent = coalesce($9::text, trace_parent),
         limit_reached = coalesce($10::text, limit_reached),
+        output = coalesce($24::text::jsonb, output),
         waiting_for = CASE WHEN $5::text = 'waiting' THEN $21::jsonb
                            WHEN $5::text = 'released' THEN waiting_for ELSE NULL END,
         waiting_since = CASE WHEN $5::text = 'waiting' THEN now() ELSE waiting_since END,
@@ -343,7 +345,7 @@ SELECT (SELECT count(*) FROM fence) AS fenced, (SELECT count(*) FROM ag) AS agen
 CHILD_OF = """
 SELECT r.id::text AS id, r.status, r.error::text AS error,
     (SELECT m.content::text FROM messages m WHERE m.run_id = r.id AND m.role = 'assistant'
-     ORDER BY m.seq DESC LIMIT 1) AS last
+     ORDER BY m.seq DESC LIMIT 1) AS last, r.output::text AS output
 FROM runs r WHERE r.parent_run_id = $1 AND r.parent_tool_use_id = $2
 """
 

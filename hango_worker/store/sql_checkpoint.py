@@ -12,8 +12,9 @@ FILES_UPSERT = """ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.co
 # run, as one CHECKPOINT each: every run carries its own fence ($1-$3) and is reported
 # on its own row (`fenced` 0: that run's lease was lost; its messages, events, files
 # and states are not written, the other runs' are). Per run, $1-$11 are CHECKPOINT's
-# $1-$10 and $21 (jsonb values as text); each run's rows ($12-$27) are tagged with its
-# run id. One statement: one round trip, one commit, one executor start for the batch.
+# $1-$10 and $21 (jsonb values as text), and $28 its $24 (the output); each run's rows
+# ($12-$27) are tagged with its run id. One statement: one round trip, one commit, one
+# executor start for the batch.
 # The fence locks its rows first, found by primary key and in id order (`locked`: the
 # lock order of every statement that locks several runs rows, HEARTBEAT; a plain
 # UPDATE … FROM would lock them in whatever order its plan visits them, a bitmap scan's
@@ -22,8 +23,9 @@ FILES_UPSERT = """ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.co
 CHECKPOINT_MANY = f"""
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[],
-        $6::float8[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
-        AS u(id, owner, attempt, state, status, lease_s, error, usage, tp, lim, waiting)
+        $6::float8[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+        $28::text[])
+        AS u(id, owner, attempt, state, status, lease_s, error, usage, tp, lim, waiting, output)
 ), locked AS (
     SELECT id FROM runs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
 ), fence AS (
@@ -41,6 +43,7 @@ WITH u AS (
         usage = coalesce(u.usage::jsonb, r.usage),
         trace_parent = coalesce(u.tp, r.trace_parent),
         limit_reached = coalesce(u.lim, r.limit_reached),
+        output = coalesce(u.output::jsonb, r.output),
         waiting_for = CASE WHEN u.status = 'waiting' THEN u.waiting::jsonb
                            WHEN u.status = 'released' THEN r.waiting_for ELSE NULL END,
         waiting_since = CASE WHEN u.status = 'waiting' THEN now() ELSE r.waiting_since END,

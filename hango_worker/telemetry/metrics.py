@@ -78,6 +78,13 @@ TOOL_PARALLEL_CALLS = Histogram(
     "Tool calls run side by side in one group of a response's batch (groups of two or more).",
     buckets=[2, 3, 4, 6, 8, 12, 16, 24, 32, 64],
 )
+# Structured final answers (agent/mw_output.py): answers that broke the agent's
+# output_schema, by which violation it was (1: told to the model, 2: the run failed).
+OUTPUT_INVALID = Counter(
+    "hango_output_invalid_total",
+    "Final answers that did not match the agent's output_schema, by attempt (1 or 2).",
+    ["attempt"],
+)
 RUNS_CLAIMED = Counter("hango_runs_claimed_total", "Runs claimed by this worker.")
 RUNS_FINISHED = Counter(
     "hango_runs_finished_total", "Run attempts ended, by final status.", ["status"]

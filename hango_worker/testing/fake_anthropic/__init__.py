@@ -76,6 +76,12 @@ more than 4 ``cache_control`` blocks; a ``"ttl": "1h"`` breakpoint after a
 5 min one; missing ``model``/``max_tokens``/``anthropic-version``. Each gives
 a 400 ``invalid_request_error``.
 
+**Structured outputs** (`structured.py`, docs/structured-output.md):
+``output_config.format`` must be ``{"type": "json_schema", "schema": ...}`` with a
+valid JSON Schema, and is refused for a model known not to have structured outputs;
+a forced ``tool_choice`` (``any``, ``tool``) is refused with thinking on. A turn's
+``"output": VALUE`` is sent as its text, compact JSON.
+
 **Context window and token counting.** Tokens are counted deterministically
 (`tokens.count_tokens`): ``ceil(chars / 4)`` per tool definition, system block
 and message content block (a block's text; a tool_use's name plus compact JSON

@@ -3,12 +3,13 @@ and `RecordedRequest`, one request as the server received it."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hango_worker.provider.scripted import ScriptedTurn, ScriptError, read_script_json
 
@@ -71,6 +72,17 @@ class FakeTurn(ScriptedTurn):
     stop_sequence: str | None = None
     # send each tool call's input whole in content_block_start (no input_json_delta)
     inputs_in_start: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _output(cls, data: Any) -> Any:
+        """`output`: a structured answer (any JSON value), sent as the text, compact JSON."""
+        if not isinstance(data, dict) or "output" not in data:
+            return data
+        if data.get("text"):
+            raise ValueError("a turn gives `text` or `output`, not both")
+        rest = {k: v for k, v in data.items() if k != "output"}
+        return {**rest, "text": json.dumps(data["output"], separators=(",", ":"))}
 
     def all_faults(self) -> list[Fault]:
         """One entry per failing attempt: `faults` (expanded by `times`), then `error`."""

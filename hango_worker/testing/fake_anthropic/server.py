@@ -37,6 +37,7 @@ from hango_worker.testing.fake_anthropic.sse import (
     sse_frame,
     stream_frames,
 )
+from hango_worker.testing.fake_anthropic.structured import check_forced_tool, check_output_format
 from hango_worker.testing.fake_anthropic.tokens import count_tokens
 from hango_worker.testing.fake_anthropic.validate import ApiError, validate_request
 from hango_worker.testing.fake_anthropic.wire import (
@@ -231,6 +232,8 @@ class FakeAnthropic:
         try:
             self._authenticate(rec)
             validate_request(body, rec.headers, counting=path == COUNT_TOKENS_PATH)
+            check_output_format(body)
+            check_forced_tool(body)
             check_round_trip(rec.body, self.sent)
             rec.input_tokens = count_tokens(rec.body)
             if path == COUNT_TOKENS_PATH:
