@@ -52,6 +52,8 @@ class ErrorType(StrEnum):
     APPROVAL_TIMEOUT = "approval_timeout"
     INTERNAL_ERROR = "internal_error"
     CONTEXT_WINDOW_TOO_SMALL = "context_window_too_small"
+    BUDGET_EXHAUSTED = "budget_exhausted"  # a spend budget with on_exhausted: fail is spent
+    BUDGET_UNPRICED = "budget_unpriced"  # a run under a spend budget, its model unpriced
     # the model stopped
     REFUSAL = "refusal"
     MODEL_CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"
