@@ -54,6 +54,8 @@ class ErrorType(StrEnum):
     CONTEXT_WINDOW_TOO_SMALL = "context_window_too_small"
     RATE_LIMIT_TOO_SMALL = "rate_limit_too_small"
     OUTPUT_INVALID = "output_invalid"  # the final answer broke output_schema twice
+    BUDGET_EXHAUSTED = "budget_exhausted"  # a spend budget with on_exhausted: fail is spent
+    BUDGET_UNPRICED = "budget_unpriced"  # a run under a spend budget, its model unpriced
     # the model stopped
     REFUSAL = "refusal"
     MODEL_CONTEXT_WINDOW_EXCEEDED = "model_context_window_exceeded"

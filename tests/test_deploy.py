@@ -309,6 +309,10 @@ def test_dashboard_covers_what_the_operator_needs() -> None:
         "hango_build_info",
         "hango_compactions_total",
         "hango_context_tokens_bucket",
+        "hango_budget_spent_usd",
+        "hango_budget_reserved_usd",
+        "hango_budget_limit_usd",
+        "hango_budget_exhausted_total",
     ):
         assert name in used, name
     exprs = " ".join(dashboard_exprs())

@@ -34,6 +34,34 @@ class RunReleased(Exception):
     nothing it did is lost (docs/system-architecture.md, "Graceful shutdown")."""
 
 
+class RunFailed(Exception):
+    """A gate before a model call ends the run as failed with `error` ({type, message}),
+    e.g. a spent budget whose `on_exhausted` is fail (run/budget.py)."""
+
+    def __init__(self, error: dict[str, str]) -> None:
+        super().__init__(error.get("message"))
+        self.error = error
+
+
+class BudgetGate(Protocol):
+    """The fleet's spend budgets (run/budget.py): `reserve` before each model call (None:
+    no budget applies; it may raise `agent.batch.Waiting` or RunFailed when a budget is
+    spent), `settle` after it with what the call cost."""
+
+    async def reserve(self, request: Request) -> object | None: ...
+
+    async def settle(
+        self,
+        hold: object,
+        request: Request,
+        response: Response | None,
+        interrupted: bool = False,
+    ) -> None:
+        """Charge the call: its response's cost, nothing for a failed call, the whole
+        hold for one cut short (`interrupted`: what it used is unknown)."""
+        ...
+
+
 class RateGate(Protocol):
     """The fleet-wide model rate limit (run/ratelimit.py): asked before each model call
     (retries too) until it grants the call, told after it what the call used."""
@@ -76,6 +104,7 @@ class RunControl:
     retry_cap_s: float = 20.0
     rate_gate: RateGate | None = None
     rate_wait_s: float = 0.0  # time the run waited for the rate limit (all attempts)
+    budget_gate: BudgetGate | None = None  # spend budgets (run/budget.py)
 
     @property
     def shutdown(self) -> bool:

@@ -24,6 +24,7 @@ from hango_worker.agent import stops
 from hango_worker.agent.batch import ToolBatches, Waiting
 from hango_worker.agent.calls import ModelCaller, RunCancelled, RunReleased
 from hango_worker.agent.chain import Chain
+from hango_worker.agent.control import RunFailed
 from hango_worker.agent.cost import RunCost
 from hango_worker.agent.limits import (
     Budget,
@@ -200,6 +201,8 @@ class AgentLoop(ToolBatches):
                 return await self._finish(state, Outcome("cancelled"))
             except RunReleased:  # a shutdown during a wait before a model call
                 return await self._finish(state, Outcome("released"))
+            except RunFailed as e:  # a gate before a model call (a spent budget)
+                return await self._finish(state, Outcome("failed", e.error))
             except Waiting as w:
                 return await self._finish(state, Outcome("waiting", waiting=w.record))
             except ModelError as e:

@@ -19,9 +19,10 @@ _W = int_between(1, t.MAX_WEIGHT)
 
 
 def add_commands(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
-    from hango_worker.cli import ratelimits
+    from hango_worker.cli import budgets, ratelimits
 
     ratelimits.add_commands(sub, cmd)
+    budgets.add_commands(sub, cmd)
     tn = sub.add_parser(
         "tenants", help="create, list and limit tenants (fair claiming, max_running)"
     ).add_subparsers(dest="sub", required=True, metavar="SUBCOMMAND")

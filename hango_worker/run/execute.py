@@ -25,6 +25,7 @@ from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
+from hango_worker.run.budget import BudgetDirectory, RunBudgetGate
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer, decode_json
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.run.ratelimit import RunRateGate
@@ -261,6 +262,7 @@ class RunDeps:
     observer: RunObserver | None = None
     text: TextPublisher | None = None
     writer: Writer | None = None  # the worker's GroupCommit (run/group.py); None: the pool
+    budgets: BudgetDirectory = field(default_factory=BudgetDirectory)  # run/budget.py
 
 
 def run_control(deps: RunDeps, c: Claim) -> RunControl:
@@ -273,6 +275,16 @@ def run_control(deps: RunDeps, c: Claim) -> RunControl:
     )
     if c.cancel_requested:  # requested before a takeover: it survives the claim
         control.cancel.set()
+    control.budget_gate = RunBudgetGate(
+        deps.pool,
+        deps.budgets,
+        price_table(s),
+        control,
+        c.run_id,
+        c.attempt,
+        c.tenant_id,
+        c.agent_id,
+    )
     return control
 
 

@@ -1,6 +1,7 @@
 """The reclaim sweep (every worker, about every lease/2): runs whose lease expired go
 back to the queue or fail, waits past their approval timeout end, parents whose
-children all ended wake, and the queue gauges are refreshed.
+children all ended wake, spend budgets give back stale holds and wake their waiting runs
+(run/budget.py), and the queue gauges are refreshed.
 
 Each part is its own statement, so a problem with one never stops the others; the
 database being away is logged and the sweep tried again next time.
@@ -13,6 +14,7 @@ from typing import Any
 
 import asyncpg
 
+from hango_worker.run.budget import BudgetDirectory, sweep_budgets
 from hango_worker.run.io import CONNECTION_ERRORS
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
@@ -28,11 +30,14 @@ async def _fetch(pool: asyncpg.Pool, what: str, query: str, *args: Any) -> list[
         return []
 
 
-async def sweep(pool: asyncpg.Pool, worker_id: str, max_attempts: int) -> int:
+async def sweep(
+    pool: asyncpg.Pool, worker_id: str, max_attempts: int, budgets: BudgetDirectory | None = None
+) -> int:
     """Everything the sweep changed (runs re-queued, failed, woken)."""
     n = await _reclaim(pool, worker_id, max_attempts)
     n += await _expire_waiting(pool, worker_id)
     n += await _wake_parents(pool)
+    n += await sweep_budgets(pool, budgets)  # after the reclaim: its holds are stale now
     _gauges(await _fetch(pool, "queue stats", sql.QUEUE_STATS))
     for r in await _fetch(pool, "tenant stats", sql.TENANT_RUNNING):
         metrics.TENANT_RUNNING.labels(r["tenant"]).set(r["running"])

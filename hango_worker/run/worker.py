@@ -396,4 +396,6 @@ class Worker:
 
     async def sweep(self) -> int:
         """One reclaim sweep (run/sweep.py); what it changed."""
-        return await sweep(self.deps.pool, self.worker_id, self.settings.max_attempts)
+        return await sweep(
+            self.deps.pool, self.worker_id, self.settings.max_attempts, self.deps.budgets
+        )

@@ -78,6 +78,8 @@ async def decide(
         waiting = json.loads(row["waiting_for"] or "null")
         if isinstance(waiting, dict) and waiting.get("reason") == "children":
             raise Conflict(f"run {run_id} waits for its subagent runs, not for a person")
+        if isinstance(waiting, dict) and waiting.get("reason") == "budget":
+            raise Conflict(f"run {run_id} waits for a spend budget, not for a person")
         call = waiting.get("call") if isinstance(waiting, dict) else None
         if not isinstance(call, dict) or not isinstance(call.get("tool_use_id"), str):
             raise Conflict(f"run {run_id}: its waiting record cannot be read; cancel it")

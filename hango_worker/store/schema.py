@@ -8,12 +8,14 @@ through SQLAlchemy (see store/sql.py for why).
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
     DateTime,
     Float,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -337,4 +339,50 @@ rate_limits = Table(
         "AND output_tokens_per_minute > 0 AND window_s > 0",
         name="rate_limits_positive_check",
     ),
+)
+
+# Spend budgets (run/budget.py, store/budgets.py): USD per tenant (agent_id NULL) or
+# agent, per UTC day or month; `reserved_usd` is what calls in flight hold (one
+# budget_holds row per call, released by the sweep once its attempt no longer runs).
+budgets = Table(
+    "budgets",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column(
+        "tenant_id",
+        UUID(as_uuid=False),
+        ForeignKey("tenants.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("agent_id", UUID(as_uuid=False), ForeignKey("agents.id", ondelete="CASCADE")),
+    Column("period", Text, nullable=False),
+    Column("limit_usd", Float, nullable=False),
+    Column("on_exhausted", Text, nullable=False, server_default=text("'wait'")),
+    Column("window_start", DateTime(timezone=True), nullable=False),
+    Column("spent_usd", Float, nullable=False, server_default=text("0")),
+    Column("reserved_usd", Float, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("period IN ('day', 'month')", name="budgets_period_check"),
+    CheckConstraint("on_exhausted IN ('wait', 'fail')", name="budgets_on_exhausted_check"),
+    CheckConstraint(
+        "limit_usd >= 0 AND limit_usd < 'Infinity'::float8", name="budgets_limit_check"
+    ),
+)
+Index(
+    "budgets_scope_idx",
+    budgets.c.tenant_id,
+    text("coalesce(agent_id, '00000000-0000-0000-0000-000000000000'::uuid)"),
+    budgets.c.period,
+    unique=True,
+)
+
+budget_holds = Table(
+    "budget_holds",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("run_id", UUID(as_uuid=False), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("budget_ids", ARRAY(BigInteger), nullable=False),
+    Column("amount_usd", Float, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

@@ -367,3 +367,32 @@ RATE_LIMITED_CALLS = Counter(
     "Model calls the provider answered 429 despite the fleet-wide limiter, per key.",
     ["key"],
 )
+
+# Spend budgets (run/budget.py; docs/operations.md "Spend budgets"). Labels: the tenant's
+# and agent's names ("" for a tenant-wide budget) and the period: set by the operator.
+BUDGET_LABELS = ["tenant", "agent", "period"]
+BUDGET_LIMIT = Gauge(
+    "hango_budget_limit_usd", "A spend budget's limit in USD (sweep).", BUDGET_LABELS
+)
+BUDGET_SPENT = Gauge(
+    "hango_budget_spent_usd",
+    "USD a budget spent in its current window (UTC day or month; sweep).",
+    BUDGET_LABELS,
+)
+BUDGET_RESERVED = Gauge(
+    "hango_budget_reserved_usd",
+    "USD the model calls in flight hold on a budget (their worst case; sweep).",
+    BUDGET_LABELS,
+)
+BUDGET_WAITING = Gauge(
+    "hango_budget_waiting_runs", "Runs waiting for a budget to have room (sweep).", BUDGET_LABELS
+)
+BUDGET_EXHAUSTED = Counter(
+    "hango_budget_exhausted_total",
+    "Model calls refused by a spent budget, per tenant and what the run did (wait | fail).",
+    ["tenant", "action"],
+)
+BUDGET_HOLDS_RELEASED = Counter(
+    "hango_budget_holds_released_total",
+    "Reservations of calls whose attempt no longer runs, given back by the sweep.",
+)
