@@ -1,7 +1,7 @@
 """Spend budgets: USD per tenant or agent, per UTC day or month, shared by every worker.
 
 Revision ID: 0014_budgets
-Revises: 0012_names_and_trees
+Revises: 0013_nesting_and_agent_ids
 
 - budgets: one row per (tenant, agent or none, period): the limit, what to do when it is
   spent (`on_exhausted`: wait | fail), the current window's start, what it spent and what
@@ -22,7 +22,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
 revision = "0014_budgets"
-down_revision = "0012_names_and_trees"
+down_revision = "0013_nesting_and_agent_ids"
 branch_labels = None
 depends_on = None
 serves_code_since = "0009_producer_api"

@@ -1,7 +1,7 @@
 """A run's own Messages API parameters: `hango_api.enqueue(..., config => {"params": {...}})`.
 
 Revision ID: 0015_run_params
-Revises: 0012_names_and_trees
+Revises: 0014_budgets
 
 `hango_run_input` takes a third key in `config`, `params` (a JSON object), stored as
 `runs.input.params` beside `limits` and `memory_key`. The worker lays them over the
@@ -11,7 +11,7 @@ them before they enqueue (docs/producers.md).
 
 Compatible both ways: same signatures, grants and search paths (CREATE OR REPLACE of an
 internal function); code at 0012 never writes `params` and ignores it when it reads
-`runs.input`. Downgrading restores 0009's function.
+`runs.input`. Downgrading restores 0013's function.
 """
 
 import importlib.util
@@ -21,16 +21,16 @@ from types import ModuleType
 from alembic import op
 
 revision = "0015_run_params"
-down_revision = "0012_names_and_trees"
+down_revision = "0014_budgets"
 branch_labels = None
 depends_on = None
 serves_code_since = "0009_producer_api"
 
 
-def _v1() -> ModuleType:
-    """0009_producer_api's module: the function text this revision changes."""
-    path = Path(__file__).with_name("0009_producer_api.py")
-    spec = importlib.util.spec_from_file_location("hango_migration_0009", path)
+def _module(file: str) -> ModuleType:
+    """An earlier revision's module: the function texts this revision builds on."""
+    path = Path(__file__).with_name(file)
+    spec = importlib.util.spec_from_file_location(f"hango_migration_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -39,12 +39,17 @@ def _v1() -> ModuleType:
 
 def _replace(text: str, old: str, new: str) -> str:
     if old not in text:
-        raise RuntimeError(f"0015: 0009's function text changed; not found: {old!r}")
+        raise RuntimeError(f"0015: an earlier function text changed; not found: {old!r}")
     return text.replace(old, new)
 
 
-def _run_input(v1: ModuleType) -> str:
-    text = _replace(v1.RUN_INPUT, "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+def _previous() -> str:
+    """0013's text of hango_run_input (0009's, with the nesting check)."""
+    return str(_module("0013_nesting_and_agent_ids.py")._run_input(_module("0009_producer_api.py")))
+
+
+def _run_input(previous: str) -> str:
+    text = previous
     text = _replace(text, "(limits and '\n", "(limits, params and '\n")
     text = _replace(
         text,
@@ -68,8 +73,8 @@ def _run_input(v1: ModuleType) -> str:
 
 
 def upgrade() -> None:
-    op.execute(_run_input(_v1()))
+    op.execute(_run_input(_previous()))
 
 
 def downgrade() -> None:
-    op.execute(_replace(_v1().RUN_INPUT, "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"))
+    op.execute(_previous())
