@@ -143,6 +143,7 @@ async def test_a_spent_budget_parks_its_runs_without_a_slot_until_it_has_room(
     await budgets.set_budget(pool, T, None, "month", 0.0)  # on_exhausted: wait
     ids = [await enqueue(pool, "go") for _ in range(3)]
     waits = sample("hango_budget_exhausted_total", tenant="default", action="wait")
+    suspended = sample("hango_runs_suspended_total", reason="budget")
     provider = ScriptedProvider([{"text": "done", "usage": USAGE}])
     await run_until_idle(dsn, provider, model_prices=PRICES)
     rows = await pool.fetch(
@@ -153,6 +154,7 @@ async def test_a_spent_budget_parks_its_runs_without_a_slot_until_it_has_room(
     assert {r["waiting_for"]["reason"] for r in rows} == {"budget"}
     assert provider.calls == 0
     assert sample("hango_budget_exhausted_total", tenant="default", action="wait") == waits + 3
+    assert sample("hango_runs_suspended_total", reason="budget") == suspended + 3
     [shown] = await budgets.list_budgets(pool, T)
     assert shown["waiting"] == 3 and shown["remaining_usd"] == 0
     # raised: the waiting runs are queued again at once, and finish
