@@ -425,6 +425,10 @@ async def test_bad_budgets_are_refused_in_python_and_by_the_table(pool: asyncpg.
             T,
         )
     assert await budgets.list_budgets(pool) == []
+    await budgets.set_budget(pool, T, None, "day", 1.0)
+    for edit in ("spent_usd = 'NaN'", "reserved_usd = -1", "spent_usd = 'Infinity'"):
+        with pytest.raises(asyncpg.CheckViolationError):  # the workers' levels stay sane
+            await pool.execute(f"UPDATE budgets SET {edit}")
 
 
 async def test_a_run_that_waits_mid_run_resumes_with_its_history_whole(
