@@ -89,7 +89,20 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
     return [p(f"  [{safe(kind)}] {short(rest, 120)}", DIM)]
 
 
+def _print_budget_wait(p: Painter, w: dict[str, Any], since: Any) -> None:
+    need = w.get("need_usd")
+    ask = f"${need:.6f}" if isinstance(need, int | float) else "?"
+    p.line(p(f"waiting for a spend budget since {since}: the next call needs up to {ask}", YELLOW))
+    for b in w.get("budgets") or []:
+        if isinstance(b, dict):
+            p.line(f"  {safe(b.get('period'))} budget: {safe(json.dumps(b, ensure_ascii=False))}")
+    p.line(p("  goes on when it has room: hango-worker budgets show | budgets set …", DIM))
+
+
 def _print_waiting(p: Painter, w: dict[str, Any], since: Any, until: Any) -> None:
+    if w.get("reason") == "budget":
+        _print_budget_wait(p, w, since)
+        return
     raw = w.get("call")
     call: dict[str, Any] = raw if isinstance(raw, dict) else {}
     what = "an answer" if w.get("reason") == "question" else "approval"

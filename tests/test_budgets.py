@@ -4,6 +4,7 @@ ended, runs that wait for a budget (no slot) or fail, the fleet-wide race, the i
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from hango_worker.agent.control import RunControl
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.provider.types import Message, Request, Response, StopReason, TextBlock, Usage
+from hango_worker.render import Painter, print_run
 from hango_worker.run.budget import (
     BudgetDirectory,
     Hold,
@@ -143,6 +145,7 @@ async def test_a_spent_budget_parks_its_runs_without_a_slot_until_it_has_room(
     await budgets.set_budget(pool, T, None, "month", 0.0)  # on_exhausted: wait
     ids = [await enqueue(pool, "go") for _ in range(3)]
     waits = sample("hango_budget_exhausted_total", tenant="default", action="wait")
+    suspended = sample("hango_runs_suspended_total", reason="budget")
     provider = ScriptedProvider([{"text": "done", "usage": USAGE}])
     await run_until_idle(dsn, provider, model_prices=PRICES)
     rows = await pool.fetch(
@@ -153,8 +156,13 @@ async def test_a_spent_budget_parks_its_runs_without_a_slot_until_it_has_room(
     assert {r["waiting_for"]["reason"] for r in rows} == {"budget"}
     assert provider.calls == 0
     assert sample("hango_budget_exhausted_total", tenant="default", action="wait") == waits + 3
+    assert sample("hango_runs_suspended_total", reason="budget") == suspended + 3
     [shown] = await budgets.list_budgets(pool, T)
     assert shown["waiting"] == 3 and shown["remaining_usd"] == 0
+    out = io.StringIO()
+    print_run(Painter(out), await repo.run_details(pool, T, ids[0]))
+    assert "waiting for a spend budget since" in out.getvalue()
+    assert "approve" not in out.getvalue()  # nobody is asked to decide anything
     # raised: the waiting runs are queued again at once, and finish
     await budgets.set_budget(pool, T, None, "month", 1.0)
     assert (
@@ -417,3 +425,49 @@ async def test_bad_budgets_are_refused_in_python_and_by_the_table(pool: asyncpg.
             T,
         )
     assert await budgets.list_budgets(pool) == []
+    await budgets.set_budget(pool, T, None, "day", 1.0)
+    for edit in ("spent_usd = 'NaN'", "reserved_usd = -1", "spent_usd = 'Infinity'"):
+        with pytest.raises(asyncpg.CheckViolationError):  # the workers' levels stay sane
+            await pool.execute(f"UPDATE budgets SET {edit}")
+
+
+async def test_a_run_that_waits_mid_run_resumes_with_its_history_whole(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """The budget has room for the first call, not the second: the run waits after its
+    tool result is recorded, and once the budget is raised it goes on from there."""
+    await make_agent(pool, tools=["calculator"], config={"max_tokens": 1000})
+    first = Request(
+        "claude-test",
+        [Message("user", [TextBlock("add")])],
+        system=[TextBlock("Be brief.")],
+        max_tokens=1000,
+    )
+    worst = worst_case_usd(TABLE, first)
+    assert worst is not None
+    await budgets.set_budget(pool, T, "agent", "day", 1.5 * worst)
+    usage = {"input_tokens": 10, "output_tokens": 900}  # most of the first call's hold
+    script = [
+        {"tool_calls": [{"name": "calculator", "input": {"expression": "1+1"}}], "usage": usage},
+        {"text": "2", "usage": usage},
+    ]
+    provider = ScriptedProvider(script)
+    run_id = await enqueue(pool, "add")
+    await run_until_idle(dsn, provider, model_prices=PRICES)
+    row = await pool.fetchrow("SELECT status, waiting_for FROM runs WHERE id = $1", run_id)
+    assert row["status"] == "waiting" and row["waiting_for"]["reason"] == "budget"
+    assert provider.calls == 1
+    roles = await pool.fetch("SELECT role FROM messages WHERE run_id = $1 ORDER BY seq", run_id)
+    assert [r["role"] for r in roles] == ["user", "assistant", "user"]  # the result is kept
+    await budgets.set_budget(pool, T, "agent", "day", 10.0)
+    await run_until_idle(dsn, provider, model_prices=PRICES)
+    row = await pool.fetchrow("SELECT status FROM runs WHERE id = $1", run_id)
+    assert row["status"] == "succeeded" and provider.calls == 2
+    msgs = await pool.fetch(
+        "SELECT role, content FROM messages WHERE run_id = $1 ORDER BY seq", run_id
+    )
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"]
+    assert msgs[2]["content"][0]["type"] == "tool_result"
+    cost = TABLE.cost("claude-test", Usage(**usage))
+    assert cost is not None
+    assert await _levels(pool) == [(pytest.approx(2 * cost), pytest.approx(0, abs=1e-12))]

@@ -6,7 +6,8 @@ Revises: 0013_nesting_and_agent_ids
 - budgets: one row per (tenant, agent or none, period): the limit, what to do when it is
   spent (`on_exhausted`: wait | fail), the current window's start, what it spent and what
   calls in flight hold (`reserved_usd`). Unique per scope and period
-  (`budgets_scope_idx`, the agent as the nil UUID for a tenant-wide budget).
+  (`budgets_scope_idx`, the agent as the nil UUID for a tenant-wide budget); the limit and
+  the levels finite and not negative (`budgets_limit_check`, `budgets_levels_check`).
 - budget_holds: one row per model call in flight under a budget (its run, attempt,
   budgets and worst-case amount); deleted when the call settles, or by the sweep once
   the attempt no longer runs (docs/operations.md "Spend budgets").
@@ -54,6 +55,11 @@ def upgrade() -> None:
         sa.CheckConstraint("on_exhausted IN ('wait', 'fail')", name="budgets_on_exhausted_check"),
         sa.CheckConstraint(
             "limit_usd >= 0 AND limit_usd < 'Infinity'::float8", name="budgets_limit_check"
+        ),
+        sa.CheckConstraint(
+            "spent_usd >= 0 AND spent_usd < 'Infinity'::float8 "
+            "AND reserved_usd >= 0 AND reserved_usd < 'Infinity'::float8",
+            name="budgets_levels_check",
         ),
     )
     op.create_index(

@@ -4,8 +4,8 @@ call.
 
 Kept apart from the loop so that `agent/loop.py` is the turn's control flow only:
 a cancel is one event (`RunControl.cancel`), raced by one function here, and a model
-call's whole policy — reserve its worst case on the spend budgets (run/budget.py; settled
-after the call), wait until the rate limit grants it, call, settle the bucket,
+call's whole policy — wait until the rate limit grants it, reserve its worst case on
+the spend budgets (run/budget.py; settled after the call), call, settle the bucket,
 retry a retryable error after a backoff (bounded attempts, exponential jittered or
 the server's `retry-after`), every wait cut short by a cancel — lives in one class.
 """
@@ -92,34 +92,36 @@ class ModelCaller:
                 await control.sleep(delay)
 
     async def _gated(self, request: Request, on_text: TextSink | None) -> ModelResponse:
-        budget = self.control.budget_gate
-        if budget is None:
-            return await self._rated(request, on_text)
-        hold = await budget.reserve(request)  # a spent budget raises (wait or fail)
-        if hold is None:
-            return await self._rated(request, on_text)
-        try:
-            resp = await self._rated(request, on_text)
-        except ModelError:
-            await budget.settle(hold, request, None)
-            raise
-        except BaseException:  # cancelled, released, lost: charged the whole hold
-            await budget.settle(hold, request, None, interrupted=True)
-            raise
-        await budget.settle(hold, request, resp)
-        return resp
-
-    async def _rated(self, request: Request, on_text: TextSink | None) -> ModelResponse:
         gate = self.control.rate_gate
         if gate is None:
-            return await self._once(request, on_text)
+            return await self._budgeted(request, on_text)
         await self._wait_for_rate(gate, request)
         try:
-            resp = await self._once(request, on_text)
+            resp = await self._budgeted(request, on_text)
         except ModelError as e:
             await gate.settle(request, None, e)
             raise
         await gate.settle(request, resp, None)
+        return resp
+
+    async def _budgeted(self, request: Request, on_text: TextSink | None) -> ModelResponse:
+        """The call under the spend budgets: its worst case held from right before the
+        call until it is settled with the cost (run/budget.py)."""
+        budget = self.control.budget_gate
+        if budget is None:
+            return await self._once(request, on_text)
+        hold = await budget.reserve(request)  # a spent budget raises (wait or fail)
+        if hold is None:
+            return await self._once(request, on_text)
+        try:
+            resp = await self._once(request, on_text)
+        except ModelError:
+            await budget.settle(hold, request, None)
+            raise
+        except BaseException:  # cut short (cancel, shutdown, lost lease): the whole hold
+            await budget.settle(hold, request, None, interrupted=True)
+            raise
+        await budget.settle(hold, request, resp)
         return resp
 
     async def _wait_for_rate(self, gate: RateGate, request: Request) -> None:

@@ -31,15 +31,15 @@ ORDER BY r.created_at DESC, r.id DESC
 LIMIT $6
 """
 
-# Runs waiting for a person (not for their subagents), oldest wait first: the partial
-# runs_waiting_idx holds only waiting runs.
+# Runs waiting for a person (not for their subagents or a spend budget), oldest wait
+# first: the partial runs_waiting_idx holds only waiting runs.
 WAITING = """
 SELECT r.id::text AS id, a.name AS agent, r.waiting_since, r.waiting_until,
     r.waiting_for->>'reason' AS reason, r.waiting_for->'call'->>'name' AS tool,
     r.waiting_for->'call'->>'question' AS question
 FROM runs r JOIN agents a ON a.id = r.agent_id
 WHERE r.status = 'waiting' AND r.tenant_id = $1
-    AND coalesce(r.waiting_for->>'reason', '') <> 'children'
+    AND coalesce(r.waiting_for->>'reason', '') NOT IN ('children', 'budget')
 ORDER BY r.waiting_since NULLS LAST, r.id
 LIMIT $2
 """

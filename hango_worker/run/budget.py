@@ -138,7 +138,7 @@ class RunBudgetGate:
                 row = await self.pool.fetchrow(sql.RESERVE, *args)
                 assert row is not None
                 return row
-            except CONNECTION_ERRORS as e:
+            except (*CONNECTION_ERRORS, asyncpg.DeadlockDetectedError) as e:
                 if i == RESERVE_TRIES - 1:
                     raise
                 log.warning("budget reserve failed, trying again: %s", e)
@@ -171,6 +171,7 @@ class RunBudgetGate:
                     f"call needs up to ${amount:.6f} (`hango-worker budgets show`)",
                 }
             )
+        metrics.RUNS_SUSPENDED.labels("budget").inc()
         raise Waiting(
             {"reason": "budget", "not_started": [], "need_usd": amount, "budgets": refused}
         )

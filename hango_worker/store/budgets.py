@@ -236,9 +236,11 @@ async def remove_budget(
         raise ValueError(f"a budget's period must be day or month, got {period!r}")
     agent_id = None if agent is None else await _agent_id(db, tenant_id, agent)
     n = await db.fetchval(
-        "WITH d AS (DELETE FROM budgets WHERE tenant_id = $1::uuid "
+        "WITH l AS MATERIALIZED (SELECT id FROM budgets WHERE tenant_id = $1::uuid "
         "AND agent_id IS NOT DISTINCT FROM $2::uuid AND ($3::text IS NULL OR period = $3) "
-        "RETURNING 1) SELECT count(*) FROM d",
+        "ORDER BY id FOR UPDATE), "  # locked in id order, as every statement does
+        "d AS (DELETE FROM budgets WHERE id IN (SELECT id FROM l) RETURNING 1) "
+        "SELECT count(*) FROM d",
         tenant_id,
         agent_id,
         period,

@@ -367,6 +367,12 @@ budgets = Table(
     CheckConstraint(
         "limit_usd >= 0 AND limit_usd < 'Infinity'::float8", name="budgets_limit_check"
     ),
+    # the workers' bookkeeping: finite and not negative (a hand edit to NaN would stall waits)
+    CheckConstraint(
+        "spent_usd >= 0 AND spent_usd < 'Infinity'::float8 "
+        "AND reserved_usd >= 0 AND reserved_usd < 'Infinity'::float8",
+        name="budgets_levels_check",
+    ),
 )
 Index(
     "budgets_scope_idx",

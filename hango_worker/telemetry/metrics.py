@@ -318,7 +318,7 @@ def _initialise() -> None:
         MODEL_FAILURES.labels(etype)
     for state in ("used", "total"):
         WORKER_SLOTS.labels(state)
-    for reason in ("approval", "question", "children"):
+    for reason in ("approval", "question", "children", "budget"):
         RUNS_SUSPENDED.labels(reason)
     for decision in Decision:
         HITL_DECISIONS.labels(decision)
