@@ -338,6 +338,9 @@ def set_tool_input(block: ToolUseBlock, raw: str) -> None:
         return  # no argument deltas: the input sent with content_block_start stands
     try:
         value = json.loads(raw)
+    except RecursionError:  # nested deeper than Python decodes: answered, never executed
+        block.input, block.input_error = {}, "its arguments are nested too deeply to read"
+        return
     except ValueError:
         block.complete, block.input = False, {}
         block.input_error = "its arguments are not valid JSON"
@@ -351,6 +354,6 @@ def _set_raw_input(block: RawBlock, raw: str) -> None:
     thinks of it)."""
     try:
         block.data["input"] = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         log.warning("a %r block's streamed input is not JSON; kept as text", block.type)
         block.data["input"] = raw

@@ -122,8 +122,10 @@ def test_one_depth_rule_for_text_and_values() -> None:
             if depth <= json_limits.MAX_JSON_DEPTH:
                 check()
             else:
-                with pytest.raises(ValueError, match="nested more than 64"):
+                with pytest.raises(ValueError, match=r"^x: nested more than 64 levels deep$"):
                     check()
+    with pytest.raises(ValueError, match=r"^x: Expecting value: .* \(not valid JSON\)$"):
+        json_limits.loads_json("[1,", "x")
 
 
 async def test_an_agent_argument_shaped_like_a_uuid_is_an_id_only(pool: asyncpg.Pool) -> None:
