@@ -342,10 +342,10 @@ class AgentLoop(ToolBatches):
     def _chain_call(self, req: ModelRequest) -> Awaitable[ModelResponse]:
         return self.chain.model_call(req, self._base_model_handler)
 
-    def _count(self, usage: Usage) -> None:
-        """The usage of a response that was dropped (a retry replaced it)."""
+    def _count(self, usage: Usage, model: str | None = None) -> None:
+        """The usage of a side call, or of a response a retry replaced."""
         self._usage.add(usage)
-        self._cost.add(usage)
+        self._cost.add(usage, model)
 
     # -- the two base handlers -----------------------------------------------------------
 
@@ -362,7 +362,7 @@ class AgentLoop(ToolBatches):
         """A middleware's own model call (ModelRequest.call_model): the run's retries,
         cancel and `chat` span; its usage is the run's."""
         resp = await self._model.call(request, None)
-        self._count(resp.usage)  # priced as the agent's model
+        self._count(resp.usage, request.model)  # at its own model's prices
         return resp
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:
