@@ -290,7 +290,9 @@ class AgentLoop(ToolBatches):
         )
         resp = await self.chain.model_call(req, self._base_model_handler)
         if stops.cut_tool_call(resp):  # cut off in a tool call: once more, with more room
-            resp = await stops.retry_cut_tool_call(req, resp, self._chain_call, self._count)
+            cap, used = self._limits.budget.max_output_tokens, self._usage.output_tokens
+            room = None if cap is None else cap - used - resp.usage.output_tokens
+            resp = await stops.retry_cut_tool_call(req, resp, self._chain_call, self._count, room)
         self._usage.add(resp.usage)
         self._next.cost_usd = self._cost.add(resp.usage)
         self._next.spent_usd = self._cost.usd
