@@ -242,3 +242,14 @@ def test_bad_unit_prices_are_refused_with_the_setting_named(
     monkeypatch.setenv("HANGO_MODEL_PRICES", json.dumps(bad))
     with pytest.raises(ConfigError, match=r"HANGO_MODEL_PRICES \[claude-test\.service_tier"):
         load_settings()
+
+
+def test_a_summary_call_is_priced_at_its_own_model() -> None:
+    from hango_worker.agent.cost import RunCost
+
+    cost = RunCost(PriceTable(PRICES), MODEL)
+    cost.add(Usage(input_tokens=1_000_000))  # the agent's model: $3
+    cost.add(Usage(input_tokens=1_000_000), "claude-haiku-4-5")  # its summary model: $1
+    assert cost.usd == pytest.approx(4.0)
+    cost.add(Usage(input_tokens=10), "claude-unpriced-summariser")
+    assert cost.usd is None and cost.unpriced == "model=claude-unpriced-summariser"

@@ -199,6 +199,18 @@ async def test_a_retry_the_api_refuses_leaves_the_cut_call_unexecuted(
     assert stops("max_tokens", "kept") - before == 1
 
 
+async def test_the_retry_never_asks_for_more_than_the_output_budget_has_left(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    echo, calls = recording_tool()
+    before = stops("max_tokens", "kept")
+    config = {"max_tokens": 1000, "max_output_tokens": 2000}
+    got, fake = await run(pool, dsn, cut_below(2000), config=config, tools=[echo])
+    assert got["status"] == "succeeded", got["error"]
+    assert 2000 not in [r.body["max_tokens"] for r in fake.requests]  # no room to double
+    assert calls == [] and stops("max_tokens", "kept") - before == 1
+
+
 # -- model_context_window_exceeded --------------------------------------------------------------
 
 

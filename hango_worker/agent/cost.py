@@ -28,6 +28,7 @@ _warned: set[tuple[str, str]] = set()
 class RunCost:
     def __init__(self, prices: PriceTable, model: str) -> None:
         self.model = model
+        self.prices = prices
         self.price = prices.lookup(model)
         self._usd = 0.0
         self._before: float | None = 0.0  # earlier attempts of the run
@@ -50,31 +51,34 @@ class RunCost:
         """Start from what earlier attempts cost (None: unknown, and so is the total)."""
         self._before = None if before is None or self._before is None else self._before + before
 
-    def add(self, usage: Usage) -> float:
-        """Price one response; returns its cost (0.0 when it has no price)."""
-        price = self.price
+    def add(self, usage: Usage, model: str | None = None) -> float:
+        """Price one response of the agent's model (or of `model`: a summary call's);
+        returns its cost (0.0 when it has no price)."""
+        model = model or self.model
+        price = self.price if model == self.model else self.prices.lookup(model)
         if price is not None:
             cost = price.cost(usage)
             if cost is not None:
                 self._usd += cost
-                metrics.child(metrics.MODEL_COST, self.model).inc(cost)
+                metrics.child(metrics.MODEL_COST, model).inc(cost)
                 return cost
             unit = price.unpriced(usage) or "unknown"
-            metrics.child(metrics.MODEL_UNPRICED_UNITS, self.model, unit).inc()
-            self._unknown_once(unit, "add its price to HANGO_MODEL_PRICES")
+            metrics.child(metrics.MODEL_UNPRICED_UNITS, model, unit).inc()
+            self._unknown_once(model, unit, "add its price to HANGO_MODEL_PRICES")
             return 0.0
-        if "model" not in self._unknown:  # once per attempt
-            metrics.MODEL_PRICE_UNKNOWN.labels(self.model).inc()
-        self._unknown_once("model", "add it to HANGO_MODEL_PRICES")
+        unit = "model" if model == self.model else f"model={model}"  # a summary model's
+        if unit not in self._unknown:  # once per attempt
+            metrics.MODEL_PRICE_UNKNOWN.labels(model).inc()
+        self._unknown_once(model, unit, "add it to HANGO_MODEL_PRICES")
         return 0.0
 
-    def _unknown_once(self, unit: str, fix: str) -> None:
+    def _unknown_once(self, model: str, unit: str, fix: str) -> None:
         if unit in self._unknown:
             return
         self._unknown.add(unit)
-        attrs = {"gen_ai.request.model": self.model, "hango.price.unit": unit}
+        attrs = {"gen_ai.request.model": model, "hango.price.unit": unit}
         current_turn_span().add_event(PRICE_UNKNOWN, attrs)
-        if (self.model, unit) not in _warned:  # the log line: once per model, unit, process
-            _warned.add((self.model, unit))
+        if (model, unit) not in _warned:  # the log line: once per model, unit, process
+            _warned.add((model, unit))
             what = "has no price" if unit == "model" else f"has no price for {unit}"
-            log.warning("model %r %s: the cost of its runs is unknown (%s)", self.model, what, fix)
+            log.warning("model %r %s: the cost of its runs is unknown (%s)", model, what, fix)

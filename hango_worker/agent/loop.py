@@ -298,7 +298,9 @@ class AgentLoop(ToolBatches):
         )
         resp = await self.chain.model_call(req, self._base_model_handler)
         if stops.cut_tool_call(resp):  # cut off in a tool call: once more, with more room
-            resp = await stops.retry_cut_tool_call(req, resp, self._chain_call, self._count)
+            cap, used = self._limits.budget.max_output_tokens, self._usage.output_tokens
+            room = None if cap is None else cap - used - resp.usage.output_tokens
+            resp = await stops.retry_cut_tool_call(req, resp, self._chain_call, self._count, room)
         self._usage.add(resp.usage)
         self._next.cost_usd = self._cost.add(resp.usage)
         self._next.spent_usd = self._cost.usd
@@ -366,10 +368,10 @@ class AgentLoop(ToolBatches):
     def _chain_call(self, req: ModelRequest) -> Awaitable[ModelResponse]:
         return self.chain.model_call(req, self._base_model_handler)
 
-    def _count(self, usage: Usage) -> None:
-        """The usage of a response that was dropped (a retry replaced it)."""
+    def _count(self, usage: Usage, model: str | None = None) -> None:
+        """The usage of a side call, or of a response a retry replaced."""
         self._usage.add(usage)
-        self._cost.add(usage)
+        self._cost.add(usage, model)
 
     # -- the two base handlers -----------------------------------------------------------
 
@@ -386,7 +388,7 @@ class AgentLoop(ToolBatches):
         """A middleware's own model call (ModelRequest.call_model): the run's retries,
         cancel and `chat` span; its usage is the run's."""
         resp = await self._model.call(request, None)
-        self._count(resp.usage)  # priced as the agent's model
+        self._count(resp.usage, request.model)  # at its own model's prices
         return resp
 
     async def _base_tool(self, req: ToolCallRequest) -> ToolResult:

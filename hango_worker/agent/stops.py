@@ -11,7 +11,8 @@
   same request would be refused again (`model.refusal` span event,
   `hango_model_stops_total{stop_reason="refusal", then="failed"}`).
 - `max_tokens` with the last tool call cut off: as the API documents, the same request
-  is sent again, once, with twice the `max_tokens` (at most `MAX_TOKENS_RETRY_CAP`); the
+  is sent again, once, with twice the `max_tokens` (at most `MAX_TOKENS_RETRY_CAP`, and
+  never past the output tokens the run's `max_output_tokens` budget has left); the
   cut response is dropped and its usage counted. If the retry is cut off too, or the API
   refuses the larger `max_tokens` (400), the cut response stands: its cut call is never
   executed and the model is told to send it again (agent/batch.py). `max_tokens` with no
@@ -98,12 +99,16 @@ async def retry_cut_tool_call(
     resp: ModelResponse,
     call: Callable[[ModelRequest], Awaitable[ModelResponse]],
     count: Callable[[Usage], None],
+    room: int | None = None,
 ) -> ModelResponse:
     """The request of `resp` (cut off in a tool call) once more with twice the room;
     the response to keep (see the module docstring). `count` gets a dropped response's
-    usage."""
+    usage; `room`: the output tokens the run's budget has left (None: no budget), which
+    the retry's max_tokens never exceeds."""
     was = req.request.max_tokens
     more = min(2 * was, MAX_TOKENS_RETRY_CAP)
+    if room is not None:
+        more = min(more, room)
     span = current_turn_span()
     if more <= was:
         stopped(StopReason.MAX_TOKENS, "kept")

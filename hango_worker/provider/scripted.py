@@ -77,7 +77,7 @@ class ScriptedTurn(BaseModel):
     blocks: list[dict[str, Any]] = Field(default_factory=list)
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     stop_reason: StopReason | None = None
-    # the API's stop_details (a refusal's {"type": "refusal", "category", "explanation"})
+    # the API's stop_details (a refusal's type, category and explanation)
     stop_details: dict[str, Any] | None = None
     delay_s: float = 0.0
     # the API's usage object: counts, and any of cache_creation, output_tokens_details
