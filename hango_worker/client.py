@@ -159,6 +159,8 @@ class Client:
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:
+        """The run's record, transcript and events; `output`: its parsed final answer
+        when its agent has an output_schema (docs/structured-output.md), else None."""
         return await repo.run_details(self.pool, self.tenant_id, run_id)
 
     async def cancel(self, run_id: str) -> str:
