@@ -329,6 +329,7 @@ V1_RUNS_VIEW = [
     ("usage", "jsonb"),
     ("result_text", "text"),
     ("parent_run_id", "uuid"),
+    ("output", "jsonb"),  # 0017_run_output: the structured answer
 ]
 
 

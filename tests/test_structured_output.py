@@ -291,6 +291,14 @@ def test_a_schema_that_is_not_a_json_schema_is_refused_at_agents_create(dsn: str
     assert json.loads(cli(dsn, "agents", "list", "--json").stdout) == []
 
 
+async def test_client_create_agent_refuses_it_too(pool: asyncpg.Pool) -> None:
+    bad = {"output_schema": {"type": "object", "required": "name"}}
+    with pytest.raises(ValueError, match="output_schema") as e:
+        await Client(pool).create_agent("x", NATIVE, config=bad)
+    assert "not a valid JSON Schema at ['required']" in str(e.value)
+    assert await repo.list_agents(pool, T) == []
+
+
 async def test_the_fake_refuses_structured_outputs_for_a_model_without_them(
     pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, claude: AnthropicProvider
 ) -> None:
