@@ -38,6 +38,15 @@ COPY pyproject.toml setup.py constraints.txt README* LICENSE ./
 COPY hango_worker ./hango_worker
 # the migrations, shipped inside the wheel as hango_worker/_alembic (setup.py)
 COPY alembic ./alembic
+# The package's version (what `hango-worker --version` and hango_build_info report): the
+# one in pyproject.toml, or the build argument VERSION when given, e.g. from git:
+#   --build-arg VERSION=0.1.0+g$(git rev-parse --short HEAD)
+# (a PEP 440 version; pip refuses anything else, so a bad one fails the build).
+ARG VERSION=
+RUN if [ -n "$VERSION" ]; then \
+        sed -i "s/^version = \".*\"$/version = \"$VERSION\"/" pyproject.toml \
+     && grep -qx "version = \"$VERSION\"" pyproject.toml; \
+    fi
 # /wheels: hango_worker-<version>-py3-none-any.whl plus one wheel per dependency.
 RUN python -m pip wheel --constraint constraints.txt --wheel-dir /wheels . \
  && ls /wheels/hango_worker-*.whl
@@ -50,7 +59,8 @@ FROM ${PYTHON_IMAGE} AS runtime
 #     --build-arg VERSION=$(python -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])") \
 #     --build-arg REVISION=$(git rev-parse HEAD) \
 #     --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) -t hango-worker:<version> .
-# `hango-worker --version` reads the installed package's metadata (pyproject.toml).
+# `hango-worker --version` reads the installed package's metadata: pyproject.toml's
+# version, or VERSION when given (the builder stage writes it into the package).
 ARG VERSION=unknown
 ARG REVISION=unknown
 ARG CREATED=unknown

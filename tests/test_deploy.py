@@ -1022,6 +1022,30 @@ def test_dockerfile_has_oci_labels_set_from_build_arguments() -> None:
     assert labels["org.opencontainers.image.title"] == "hango-worker"
 
 
+def test_the_version_build_argument_becomes_the_package_version(tmp_path: Path) -> None:
+    """The builder stage's version step, run as the Dockerfile has it: VERSION (e.g. from
+    git) replaces pyproject.toml's version; unset, the file stays as it is."""
+    import tomllib
+
+    (step,) = [i for i in dockerfile_stages()[0] if i.startswith("RUN ") and "VERSION" in i]
+    original = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    for version, expected in (("0.1.0+gdeadbee", "0.1.0+gdeadbee"), ("", None)):
+        (tmp_path / "pyproject.toml").write_text(original, encoding="utf-8")
+        p = subprocess.run(
+            ["sh", "-c", step.removeprefix("RUN ")], cwd=tmp_path, env={"VERSION": version},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        text = (tmp_path / "pyproject.toml").read_text(encoding="utf-8")
+        if expected is None:
+            assert text == original
+        else:
+            assert tomllib.loads(text)["project"]["version"] == expected
+            assert text.replace(expected, "X") == re.sub(
+                r'^version = "[^"]*"$', 'version = "X"', original, flags=re.M
+            )
+
+
 def test_constraints_pin_every_runtime_dependency_and_nothing_embedded() -> None:
     import tomllib
 
