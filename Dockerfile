@@ -38,6 +38,15 @@ COPY pyproject.toml setup.py constraints.txt README* LICENSE ./
 COPY hango_worker ./hango_worker
 # the migrations, shipped inside the wheel as hango_worker/_alembic (setup.py)
 COPY alembic ./alembic
+# The package's version (what `hango-worker --version` and hango_build_info report): the
+# one in pyproject.toml, or the build argument VERSION when given, e.g. from git:
+#   --build-arg VERSION=0.1.0+g$(git rev-parse --short HEAD)
+# (a PEP 440 version; pip refuses anything else, so a bad one fails the build).
+ARG VERSION=
+RUN if [ -n "$VERSION" ]; then \
+        sed -i "s/^version = \".*\"$/version = \"$VERSION\"/" pyproject.toml \
+     && grep -qx "version = \"$VERSION\"" pyproject.toml; \
+    fi
 # /wheels: hango_worker-<version>-py3-none-any.whl plus one wheel per dependency.
 RUN python -m pip wheel --constraint constraints.txt --wheel-dir /wheels . \
  && ls /wheels/hango_worker-*.whl
@@ -45,9 +54,25 @@ RUN python -m pip wheel --constraint constraints.txt --wheel-dir /wheels . \
 # --- runtime -----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
 
+# OCI annotations (docs/operations.md "The image"). Set from git when building:
+#   docker build \
+#     --build-arg VERSION=$(python -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])") \
+#     --build-arg REVISION=$(git rev-parse HEAD) \
+#     --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) -t hango-worker:<version> .
+# `hango-worker --version` reads the installed package's metadata: pyproject.toml's
+# version, or VERSION when given (the builder stage writes it into the package).
+ARG VERSION=unknown
+ARG REVISION=unknown
+ARG CREATED=unknown
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="hango-worker" \
       org.opencontainers.image.description="Durable, observable run-worker for LLM agents on Postgres" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.base.name="python:3.11.11-slim-bookworm"
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
@@ -64,6 +89,10 @@ RUN groupadd --system --gid 10001 hango \
  && useradd --system --uid 10001 --gid hango --home-dir /var/lib/hango --create-home \
         --shell /usr/sbin/nologin hango
 
+# install-wheel.sh also writes the package list of the venv (`pip inspect`: every
+# distribution, its version and license metadata) to
+# /opt/venv/share/hango-worker/installed-packages.json. A standard SBOM (SPDX) of the
+# whole image: `docker buildx build --sbom=true`, which runs BuildKit's scanner image.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     --mount=type=bind,source=deploy/install-wheel.sh,target=/usr/local/bin/install-wheel.sh \
     sh /usr/local/bin/install-wheel.sh /opt/venv /wheels/hango_worker-*.whl /wheels

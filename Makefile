@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock test-browser test-stress
+.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock test-browser test-stress prometheusrule
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,11 +33,13 @@ STRESS_ARGS ?=
 test-stress: $(STAMP)
 	$(BIN)/python -m tests.stress $(STRESS_ARGS)
 
-# Alert rules: `promtool test rules` on deploy/prometheus/tests/*.yaml. promtool comes
+# Alert rules: `promtool test rules` on deploy/prometheus/tests/*.yaml, then the platform
+# checks of deploy/k8s and the `*_FILE` secrets (tests/test_deploy_platform.py,
+# tests/test_secret_files.py). promtool comes
 # from Debian's `prometheus` package, installed here when missing (needs root).
 PROMTOOL ?= promtool
 
-test-deploy:
+test-deploy: $(STAMP)
 	@if ! command -v $(PROMTOOL) >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing Debian's prometheus package for promtool"; \
@@ -50,6 +52,11 @@ test-deploy:
 	fi
 	$(PROMTOOL) check rules deploy/prometheus/alerts.yaml
 	$(PROMTOOL) test rules deploy/prometheus/tests/*.yaml
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_deploy_platform.py tests/test_secret_files.py
+
+# deploy/k8s/prometheusrule.yaml from deploy/prometheus/alerts.yaml (after editing the alerts).
+prometheusrule: $(STAMP)
+	$(BIN)/python -m tests.prometheus_rule
 
 # The run console in a real browser (tests/browser): Debian's chromium driven headless by
 # Playwright, never a downloaded browser. Installed here when missing (needs root).

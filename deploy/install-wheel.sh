@@ -43,4 +43,9 @@ else
 fi
 # Fail the build now, not at the first start, if the entry point is broken.
 "$venv/bin/hango-worker" --help >/dev/null
+"$venv/bin/hango-worker" --version
+# What is installed, for audits and vulnerability scanners (no network needed).
+mkdir -p "$venv/share/hango-worker"
+"$venv/bin/python" -m pip inspect --local --disable-pip-version-check \
+    >"$venv/share/hango-worker/installed-packages.json"
 echo "installed $(basename "$wheel") into $venv"

@@ -1,3 +1,8 @@
 """hango-worker: a durable, observable run-worker for LLM agents on Postgres."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # the installed distribution's version (pyproject.toml), never a copy of it here
+    __version__ = version("hango-worker")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "unknown"

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import uuid
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -196,8 +197,63 @@ def _describe(field: str, err: dict[str, Any]) -> str:
     return f"configuration error: {name}={value!r} is not valid: {allowed}"
 
 
+# Secrets that may come from a file instead: NAME_FILE=/path holds NAME's value (the
+# Kubernetes and Docker secrets convention; docs/operations.md "Secrets from files").
+SECRET_VARIABLES = (
+    "HANGO_DATABASE_URL",
+    "HANGO_CONSOLE_TOKENS",
+    "HANGO_CONSOLE_PROXY_USERS",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+)
+MAX_SECRET_FILE = 1 << 20
+
+
+def _read_secret(file_var: str, path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SECRET_FILE + 1)
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ConfigError(
+            f"configuration error: {file_var}={path!r} cannot be read: {reason}"
+        ) from None
+    if len(data) > MAX_SECRET_FILE:
+        raise ConfigError(f"configuration error: {file_var}={path!r} is larger than 1 MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"configuration error: {file_var}={path!r} is not UTF-8 text") from None
+    text = text.removesuffix("\n").removesuffix("\r")  # `echo … > file` adds one
+    if not text.strip():
+        raise ConfigError(f"configuration error: {file_var}={path!r} is empty")
+    if "\x00" in text:
+        raise ConfigError(f"configuration error: {file_var}={path!r} holds a NUL character")
+    return text
+
+
+def load_secret_files(env: MutableMapping[str, str] | None = None) -> None:
+    """For each NAME in SECRET_VARIABLES with NAME_FILE set: NAME = the file's text (one
+    trailing newline removed), and NAME_FILE removed, in `env` (the process environment,
+    where the anthropic SDK reads its key). ConfigError, one line, when the file cannot be
+    read, is empty, or NAME is set as well."""
+    env = os.environ if env is None else env
+    for name in SECRET_VARIABLES:
+        file_var = f"{name}_FILE"
+        path = env.get(file_var)
+        if path is None:
+            continue
+        if env.get(name):
+            raise ConfigError(
+                f"configuration error: both {name} and {file_var} are set; set only one"
+            )
+        env[name] = _read_secret(file_var, path)
+        del env[file_var]
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment; ConfigError with one clear line on a bad value."""
+    load_secret_files()
     try:
         return Settings(**overrides)
     except ValidationError as e:

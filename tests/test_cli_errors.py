@@ -245,9 +245,11 @@ async def test_a_closed_stdout_is_not_a_traceback(dsn: str) -> None:
 def test_the_fake_anthropic_server_is_not_a_production_subcommand(tmp_path: Path) -> None:
     p = run([str(CONSOLE_SCRIPT), "fake-anthropic", "--script", "x.json"], text=True)
     assert p.returncode == 2 and "invalid choice: 'fake-anthropic'" in p.stderr
-    fake = CONSOLE_SCRIPT.with_name("hango-fake-anthropic")
+    # no console script of its own (the image leaves the fakes out): `python -m`
+    assert not CONSOLE_SCRIPT.with_name("hango-fake-anthropic").exists()
+    fake = [sys.executable, "-m", "hango_worker.testing.fake_anthropic"]
     (tmp_path / "bad.json").write_text("{")
-    p = run([str(fake), "--script", str(tmp_path / "bad.json"), "--port", "0"], text=True)
+    p = run([*fake, "--script", str(tmp_path / "bad.json"), "--port", "0"], text=True)
     assert (
         p.returncode == 2
         and p.stderr.startswith("fake-anthropic: ")

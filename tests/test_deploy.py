@@ -27,6 +27,7 @@ import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
 import hango_worker.telemetry.metrics as metrics_module
+from hango_worker.cli import build_parser
 from hango_worker.config import Settings
 from hango_worker.service import PROCESS_BOUND_S
 from hango_worker.store.migrate import head_revision
@@ -543,9 +544,9 @@ def test_alert_rules_are_complete_and_link_to_the_runbook() -> None:
     for needed in (
         "hango_queue_oldest_age_seconds",
         'hango_runs_finished_total{status="failed"}',
-        'hango_runs_failed_total{error_type="max_attempts"}',
         "hango_lease_reclaims_total",
         "hango_model_retries_total",
+        "hango_model_sdk_retries_total",
         "hango_model_failures_total",
         'up{job="hango-worker"} == 0',
     ):
@@ -555,6 +556,8 @@ def test_alert_rules_are_complete_and_link_to_the_runbook() -> None:
     for name in ("HangoModelErrorsHigh", "HangoModelAuthErrors"):
         assert "hango_model_failures_total" in by_name[name], name
         assert 'error_type!=""' not in by_name[name], name
+    # the sweep's failures are in status="failed" already: adding them counts them twice
+    assert "hango_runs_failed_total" not in by_name["HangoRunFailureRateHigh"]
 
 
 def test_alerts_cover_the_scrape_job() -> None:
@@ -579,11 +582,13 @@ def test_k8s_manifests_parse_and_kustomization_lists_existing_files() -> None:
     for res in resources:
         assert (K8S / res).is_file(), res
     assert "servicemonitor.yaml" not in resources  # optional: needs the Operator's CRDs
+    assert "prometheusrule.yaml" not in resources  # the same
     assert "secret.example.yaml" not in resources  # an apply must not replace the real one
     assert (K8S / "servicemonitor.yaml").is_file()
     kinds = {obj["kind"] for _, obj in objects}
     assert {"ConfigMap", "Secret", "Job", "Deployment", "Service"} <= kinds
-    assert {"ServiceMonitor", "HorizontalPodAutoscaler"} <= kinds
+    assert {"ServiceMonitor", "HorizontalPodAutoscaler", "PrometheusRule"} <= kinds
+    assert {"PodDisruptionBudget", "NetworkPolicy", "ServiceAccount"} <= kinds
 
 
 def test_k8s_configuration_names_real_settings() -> None:
@@ -621,11 +626,8 @@ def test_k8s_worker_deployment() -> None:
     assert re.search(rf"^USER {uid}(:\d+)?$", DOCKERFILE.read_text(encoding="utf-8"), re.M)
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
     assert c["resources"]["limits"]["memory"]
-    expected = {
-        ("configMapRef", k8s("ConfigMap")["metadata"]["name"]),
-        ("secretRef", k8s("Secret")["metadata"]["name"]),
-    }
-    assert _env_from(c) == expected
+    # the Secret is mounted as files (tests/test_deploy_platform.py), not in envFrom
+    assert _env_from(c) == {("configMapRef", k8s("ConfigMap")["metadata"]["name"])}
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     assert selector.items() <= k8s("Service")["spec"]["selector"].items()
@@ -639,7 +641,8 @@ def test_k8s_worker_deployment() -> None:
 def test_k8s_migration_job() -> None:
     job = k8s("Job")
     (c,) = job["spec"]["template"]["spec"]["containers"]
-    assert c["args"] == ["migrate"]
+    assert c["args"][0] == "migrate"
+    build_parser().parse_args(c["args"])  # options the CLI takes
     assert job["spec"]["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
     assert job["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert _env_from(c) == _env_from(worker_container())
@@ -717,12 +720,7 @@ def test_applied_base_never_overwrites_the_secret() -> None:
     for kind in ("Deployment", "Job"):
         obj = rendered_one(objs, kind)
         pod = obj["spec"]["template"]["spec"]
-        refs = {
-            e["secretRef"]["name"]
-            for c in pod["containers"]
-            for e in c["envFrom"]
-            if "secretRef" in e
-        }
+        refs = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
         assert refs == {secret_name}, kind
 
 
@@ -734,35 +732,6 @@ def test_applied_base_leaves_replicas_to_the_autoscaler() -> None:
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
     assert hpa["spec"]["minReplicas"] >= 1
-
-
-def _job_and_image(tag: str) -> tuple[dict[str, Any], str]:
-    images = [
-        {"name": "hango-worker", "newName": "registry.example.com/hango-worker", "newTag": tag}
-    ]
-    objs = rendered({"images": images})
-    job = rendered_one(objs, "Job")
-    (c,) = rendered_one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
-    return job, c["image"]
-
-
-def test_migrate_job_is_one_job_per_version() -> None:
-    """Jobs are immutable: a re-apply with a new image must create a new Job, and a
-    re-apply of the same version must render the very same one."""
-    job1, image1 = _job_and_image("0.1.0")
-    job2, image2 = _job_and_image("0.2.0")
-    again, _ = _job_and_image("0.1.0")
-    assert job1 == again
-    assert job1["metadata"]["name"] == "hango-worker-migrate-0.1.0"
-    assert job2["metadata"]["name"] == "hango-worker-migrate-0.2.0"
-    for job, image, tag in ((job1, image1, "0.1.0"), (job2, image2, "0.2.0")):
-        (c,) = job["spec"]["template"]["spec"]["containers"]
-        assert c["image"] == image == f"registry.example.com/hango-worker:{tag}"
-        assert job["metadata"]["labels"]["app.kubernetes.io/version"] == tag
-        assert job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/version"] == tag
-        name = job["metadata"]["name"]
-        assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name)
-    assert "VERSION" not in json.dumps(rendered())
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
@@ -991,6 +960,94 @@ def test_the_image_venv_has_its_migrations_but_no_embedded_server_or_test_fakes(
     assert run.returncode != 0
     assert "Traceback" not in run.stderr
     assert "hango-worker[embedded]" in run.stderr and "HANGO_DATABASE_URL" in run.stderr
+
+
+def test_every_command_the_image_installs_starts(image_venv: Path) -> None:
+    """No console script of the wheel points at a module the image leaves out (the fake
+    Anthropic server's did: hango_worker/testing/ is not in the build context)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    probe = (
+        "from importlib.metadata import distribution; "
+        "print('\\n'.join(e.name for e in distribution('hango-worker').entry_points "
+        "if e.group == 'console_scripts'))"
+    )
+    out = subprocess.run(
+        [str(image_venv / "bin" / "python"), "-c", probe],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    scripts = out.stdout.split()
+    assert scripts == ["hango-worker"]
+    for name in scripts:
+        p = subprocess.run(
+            [str(image_venv / "bin" / name), "--help"],
+            capture_output=True, text=True, timeout=60, env=env, check=False,
+        )  # fmt: skip
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (name, p.stderr[-2000:])
+    assert not (image_venv / "bin" / "hango-fake-anthropic").exists()
+
+
+def test_the_image_knows_its_version_and_lists_its_packages(image_venv: Path) -> None:
+    """`--version` is the wheel's metadata; install-wheel.sh writes what is installed
+    (`pip inspect`), every pinned dependency at its pinned version."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "version"
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HANGO_")}
+    out = subprocess.run(
+        [str(image_venv / "bin" / "hango-worker"), "--version"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout == f"hango-worker {version}\n"
+    listing = image_venv / "share" / "hango-worker" / "installed-packages.json"
+    report = json.loads(listing.read_text(encoding="utf-8"))
+    installed = {
+        re.sub(r"[-_.]+", "-", p["metadata"]["name"]).lower(): p["metadata"]["version"]
+        for p in report["installed"]
+    }
+    assert installed["hango-worker"] == version
+    lines = (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        if line.strip() and not line.startswith("#"):
+            name, pinned = line.split("==", 1)
+            assert installed.get(re.sub(r"[-_.]+", "-", name).lower()) == pinned.strip(), name
+
+
+def test_dockerfile_has_oci_labels_set_from_build_arguments() -> None:
+    final = dockerfile_stages()[-1]
+    (label,) = [i for i in final if i.startswith("LABEL ")]
+    labels = dict(re.findall(r'(org\.opencontainers\.image\.[a-z.]+)="([^"]*)"', label))
+    for key, arg in (("version", "VERSION"), ("revision", "REVISION"), ("created", "CREATED")):
+        assert labels[f"org.opencontainers.image.{key}"] == "${" + arg + "}", key
+        assert any(i.startswith(f"ARG {arg}=") for i in final), arg
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert labels["org.opencontainers.image.title"] == "hango-worker"
+
+
+def test_the_version_build_argument_becomes_the_package_version(tmp_path: Path) -> None:
+    """The builder stage's version step, run as the Dockerfile has it: VERSION (e.g. from
+    git) replaces pyproject.toml's version; unset, the file stays as it is."""
+    import tomllib
+
+    (step,) = [i for i in dockerfile_stages()[0] if i.startswith("RUN ") and "VERSION" in i]
+    original = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    for version, expected in (("0.1.0+gdeadbee", "0.1.0+gdeadbee"), ("", None)):
+        (tmp_path / "pyproject.toml").write_text(original, encoding="utf-8")
+        p = subprocess.run(
+            ["sh", "-c", step.removeprefix("RUN ")], cwd=tmp_path, env={"VERSION": version},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        text = (tmp_path / "pyproject.toml").read_text(encoding="utf-8")
+        if expected is None:
+            assert text == original
+        else:
+            assert tomllib.loads(text)["project"]["version"] == expected
+            assert text.replace(expected, "X") == re.sub(
+                r'^version = "[^"]*"$', 'version = "X"', original, flags=re.M
+            )
 
 
 def test_constraints_pin_every_runtime_dependency_and_nothing_embedded() -> None:

@@ -16,7 +16,9 @@ The stable contract for producers in any language (docs/producers.md):
 - The role hango_producer (NOLOGIN) may use the schema, call its functions and read its
   view, nothing else. Roles are cluster-wide: it is created only if missing and never
   dropped (other databases on the same server may use it); downgrading drops the schema,
-  and with it every privilege granted on it.
+  and with it every privilege granted on it. A user that may not create it (a database
+  owner without CREATEROLE) migrates without it: the role is skipped with a WARNING and
+  the grants wait for it (hango_worker/store/cluster.py; `migrate --print-admin-sql`).
 
 The API functions are SECURITY DEFINER (they run as the owner of the tables) with
 search_path pinned to the tables' schema then pg_temp. Changing a function's arguments
@@ -45,14 +47,26 @@ DO $do$ BEGIN
             CREATE ROLE {ROLE} NOLOGIN;
         EXCEPTION
             WHEN duplicate_object OR unique_violation THEN NULL;  -- created meanwhile
-            WHEN insufficient_privilege THEN
-                RAISE EXCEPTION 'the role {ROLE} does not exist and this user may not create it'
-                    USING HINT = 'as a superuser (or a role with CREATEROLE) run: '
-                        'CREATE ROLE {ROLE} NOLOGIN; then migrate again';
+            WHEN insufficient_privilege THEN  -- optional: hango_worker/store/cluster.py
+                RAISE WARNING 'the role {ROLE} does not exist and this user may not create it: '
+                    'skipped, the producer API is granted to nobody yet'
+                    USING HINT = 'as a superuser (or a role with CREATEROLE) run the SQL of '
+                        '`hango-worker migrate --print-admin-sql`, then migrate again';
         END;
     END IF;
 END $do$
 """
+
+
+
+def if_role(statement: str) -> str:
+    """`statement` run only when the role exists: a database owner without CREATEROLE
+    migrates without it (hango_worker/store/cluster.py grants it later)."""
+    return (
+        f"DO $do$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{ROLE}') THEN "
+        f"EXECUTE $q${statement}$q$; END IF; END $do$"
+    )
+
 
 TENANT_ID = f"""
 CREATE FUNCTION hango_tenant_id(tenant text) RETURNS uuid
@@ -323,9 +337,9 @@ def upgrade() -> None:
         op.execute(ddl)
     op.execute("COMMENT ON SCHEMA hango_api IS 'hango-worker producer API v1 (docs/producers.md)'")
     op.execute("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA hango_api FROM PUBLIC")
-    op.execute(f"GRANT USAGE ON SCHEMA hango_api TO {ROLE}")
-    op.execute(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA hango_api TO {ROLE}")
-    op.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA hango_api TO {ROLE}")
+    op.execute(if_role(f"GRANT USAGE ON SCHEMA hango_api TO {ROLE}"))
+    op.execute(if_role(f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA hango_api TO {ROLE}"))
+    op.execute(if_role(f"GRANT SELECT ON ALL TABLES IN SCHEMA hango_api TO {ROLE}"))
 
 
 def downgrade() -> None:

@@ -117,7 +117,8 @@ def _swap_enqueue(old: str, run: str, api: str, new: str, v1: ModuleType) -> Non
     op.execute(f"REVOKE ALL ON FUNCTION hango_enqueue_run({_RUN_ARGS}{new}) FROM PUBLIC")
     op.execute(api)
     op.execute(f"REVOKE ALL ON FUNCTION hango_api.enqueue({_API_ARGS}{new}) FROM PUBLIC")
-    op.execute(f"GRANT EXECUTE ON FUNCTION hango_api.enqueue({_API_ARGS}{new}) TO {v1.ROLE}")
+    grant = f"GRANT EXECUTE ON FUNCTION hango_api.enqueue({_API_ARGS}{new}) TO {v1.ROLE}"
+    op.execute(v1.if_role(grant))
     op.execute(v1.PIN_SEARCH_PATH)
 
 

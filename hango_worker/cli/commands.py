@@ -11,16 +11,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import asyncpg
-from alembic.util import CommandError
 from pydantic import ValidationError
 
-from hango_worker.cli import exits
+from hango_worker.cli import exits, migrating
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import check_tools, json_arg, read_input
 from hango_worker.cli.show import JsonLines, showable
 from hango_worker.config import Settings
 from hango_worker.render import LiveView, Painter, print_run, safe
-from hango_worker.store import db, memories, migrate, repo
+from hango_worker.store import db, memories, repo
 
 
 def database(settings: Settings) -> AbstractAsyncContextManager[str]:
@@ -62,26 +61,7 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, line: Callable[[Any], 
 
 
 async def cmd_migrate(s: Settings, a: argparse.Namespace) -> int:
-    async with database(s) as dsn:
-        before = await db.schema_revision(dsn)  # Unavailable: unreachable, missing, refused
-        try:
-            await migrate.upgrade_and_seed(dsn)
-        except CommandError:
-            raise CliError(
-                f"cannot migrate: the database is at revision {before!r}, which this version "
-                f"does not know (its newest is {migrate.head_revision()!r}); a newer "
-                "hango-worker migrated it: run that version, or downgrade the database with it",
-                exits.UNAVAILABLE,
-            ) from None
-        except migrate.SchemaNewerThanCode as e:
-            raise CliError(
-                f"cannot migrate: {e} (revision {before!r}, which this version does not know; "
-                "a newer hango-worker migrated it)",
-                exits.UNAVAILABLE,
-            ) from None
-    head = migrate.head_revision()
-    print(json.dumps({"from": before, "to": head}) if a.json else f"migrated to {head}")
-    return exits.OK
+    return await migrating.migrate_command(s, a)
 
 
 def known_tools(settings: Settings) -> list[str]:

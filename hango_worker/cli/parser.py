@@ -8,7 +8,7 @@ from typing import Any, NoReturn
 
 from hango_worker import __version__
 from hango_worker.cli import commands as c
-from hango_worker.cli import exits, tenants
+from hango_worker.cli import exits, migrating, tenants
 from hango_worker.cli.inputs import (
     MAX_BATCH_SIZE,
     MAX_LIMIT,
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = cmd("run", c.cmd_run, "run the worker service")
     r.add_argument("--until-idle", action="store_true", help="exit once nothing is queued")
     m = cmd("migrate", c.cmd_migrate, "migrate the database to the latest schema")
-    m.add_argument("--json", action="store_true", help='print {"from": …, "to": …}')
+    migrating.add_options(m)
     cmd("demo", c.cmd_demo, "start an embedded Postgres and run a demo agent end to end")
     _enqueue(cmd)
     _agents(sub, cmd)

@@ -12,7 +12,9 @@ with `complete=False` and `input={}`; it must not be executed.
 Errors become `ModelError`:
 
 - the SDK itself retries 408/409/429/>=500 and connection errors
-  (`max_retries`, default 2, honouring `retry-after`); what is left after that
+  (`max_retries`, default 2, honouring `retry-after`; each of those retries is counted
+  in `hango_model_sdk_retries_total` by provider/sdk_retries.py on a client built
+  here, not on a client passed in); what is left after that
   is `retryable=True` (with `retry_after_s` from `retry-after-ms`/`retry-after`
   when the server sent one), so the agent loop backs off and tries again;
 - an `error` event in the middle of a stream (e.g. `overloaded_error`) reaches
@@ -58,6 +60,7 @@ import anthropic
 import httpx2
 from anthropic.types import RawMessageStreamEvent
 
+from hango_worker.provider import sdk_retries
 from hango_worker.provider.accumulate import Accumulator
 from hango_worker.provider.params import uses_beta
 from hango_worker.provider.sanitize import clean_text
@@ -186,14 +189,20 @@ class AnthropicProvider:
 def _build_client(
     api_key: str | None, base_url: str | None, max_retries: int, open_telemetry: bool
 ) -> anthropic.AsyncAnthropic:
+    # the SDK's defaults (timeouts, limits), plus hooks that count its own retries
+    http = anthropic.DefaultAsyncHttpxClient(event_hooks=sdk_retries.event_hooks())
     try:
         if open_telemetry:
             client = anthropic.AsyncAnthropic(
-                api_key=api_key, base_url=base_url, max_retries=max_retries
+                api_key=api_key, base_url=base_url, max_retries=max_retries, http_client=http
             )
         else:
             client = anthropic.AsyncAnthropic(
-                api_key=api_key, base_url=base_url, max_retries=max_retries, open_telemetry=False
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=max_retries,
+                open_telemetry=False,
+                http_client=http,
             )
     except anthropic.CredentialsError as e:  # a configured but broken SDK profile
         raise MissingCredentialsError(

@@ -18,6 +18,7 @@ the newer revision files, can still tell whether it may run (`schema_problem`).
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import re
 from dataclasses import dataclass
@@ -54,13 +55,62 @@ def sqlalchemy_url(dsn: str) -> str:
     raise ValueError(f"not a postgres URL: {dsn.split('@')[-1]!r}")
 
 
-def alembic_config(dsn: str | None = None) -> Config:
+# Every migration run sets these (alembic/env.py, right after taking the migration lock),
+# so no migration, present or future, queues a table behind it for long or runs without
+# bound. Override: `hango-worker migrate --lock-timeout 30s --statement-timeout 1h`, or
+# `alembic -x lock_timeout=30s -x statement_timeout=1h upgrade head`.
+# docs/operations.md "Migration privileges and timeouts".
+LOCK_TIMEOUT = "5s"
+STATEMENT_TIMEOUT = "10min"
+TIMEOUT_OPTIONS = ("lock_timeout", "statement_timeout")
+_DURATION = re.compile(r"[0-9]{1,9}(ms|s|min|h|d)?")
+
+
+def check_duration(name: str, value: str) -> str:
+    """A PostgreSQL duration setting ('5s', '500ms', '10min', '0' = none) or ValueError."""
+    if not _DURATION.fullmatch(value):
+        raise ValueError(
+            f"{name} {value!r} is not a duration: a whole number with ms, s, min, h or d "
+            "(e.g. 5s, 10min; 0 turns it off)"
+        )
+    return value
+
+
+def timeout_statements(lock_timeout: str, statement_timeout: str) -> list[str]:
+    """The SET statements every migration run starts with (session-wide, so a migration
+    that commits part of its work in an autocommit block keeps them)."""
+    return [
+        f"SET lock_timeout = '{check_duration('lock_timeout', lock_timeout)}'",
+        f"SET statement_timeout = '{check_duration('statement_timeout', statement_timeout)}'",
+    ]
+
+
+def alembic_config(
+    dsn: str | None = None,
+    *,
+    lock_timeout: str = LOCK_TIMEOUT,
+    statement_timeout: str = STATEMENT_TIMEOUT,
+) -> Config:
     """The configuration `hango-worker migrate` uses (no alembic.ini needed)."""
     cfg = Config()
     cfg.set_main_option("script_location", str(script_location()))
     if dsn is not None:
         cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
+    cfg.set_main_option("hango.lock_timeout", check_duration("lock_timeout", lock_timeout))
+    cfg.set_main_option(
+        "hango.statement_timeout", check_duration("statement_timeout", statement_timeout)
+    )
     return cfg
+
+
+def configured_timeouts(x_arguments: dict[str, str], cfg: Config) -> tuple[str, str]:
+    """(lock_timeout, statement_timeout) for alembic/env.py: `-x` first, then what
+    `alembic_config` set, then the defaults above."""
+    lock, statement = (
+        x_arguments.get(name) or cfg.get_main_option(f"hango.{name}") or default
+        for name, default in zip(TIMEOUT_OPTIONS, (LOCK_TIMEOUT, STATEMENT_TIMEOUT), strict=True)
+    )
+    return str(lock), str(statement)
 
 
 @cache
@@ -162,8 +212,18 @@ async def read_schema_state(conn: Any) -> tuple[str | None, str | None]:
     return row["rev"], row["comment"]
 
 
-async def upgrade(dsn: str, revision: str = "head") -> None:
-    await asyncio.to_thread(command.upgrade, alembic_config(dsn), revision)
+async def upgrade(dsn: str, revision: str = "head", **timeouts: str) -> None:
+    """Migrate to `revision`; `timeouts`: lock_timeout=, statement_timeout= (durations)."""
+    await asyncio.to_thread(command.upgrade, alembic_config(dsn, **timeouts), revision)
+
+
+def offline_sql(revision: str = "head", **timeouts: str) -> str:
+    """The SQL script from an empty database to `revision`, for psql (no database used)."""
+    buffer = io.StringIO()
+    cfg = alembic_config(**timeouts)
+    cfg.output_buffer = buffer
+    command.upgrade(cfg, revision, sql=True)
+    return buffer.getvalue()
 
 
 async def downgrade(dsn: str, revision: str) -> None:
@@ -174,13 +234,14 @@ class SchemaNewerThanCode(RuntimeError):
     """The database is at a revision this code does not know and no longer serves."""
 
 
-async def upgrade_and_seed(dsn: str) -> None:
+async def upgrade_and_seed(dsn: str, **timeouts: str) -> list[str]:
     """Migrate to head, then make sure the default tenant exists (what `migrate` does).
+    Returns one line per cluster-level object left for an admin (store/cluster.py).
 
     On a database that is already *newer* than this code (a rollback re-running an
     older release's migrate step) nothing is migrated: fine while that schema still
     serves this code, `SchemaNewerThanCode` (naming both revisions) when it does not."""
-    from hango_worker.store import db, repo
+    from hango_worker.store import cluster, db, repo
 
     conn = await db.connect(dsn)
     try:
@@ -198,9 +259,11 @@ async def upgrade_and_seed(dsn: str) -> None:
             head_revision(),
         )
     else:
-        await upgrade(dsn, "head")
+        await upgrade(dsn, "head", **timeouts)
     conn = await db.connect(dsn)
     try:
         await repo.ensure_default_tenant(conn)
+        notes = await cluster.missing_objects(conn)
     finally:
         await conn.close()
+    return notes

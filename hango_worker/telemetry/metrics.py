@@ -154,6 +154,12 @@ MODEL_RETRIES = Counter(
     "Model call attempts that failed with a retryable error and were retried.",
     ["error_type"],
 )
+MODEL_SDK_RETRIES = Counter(
+    "hango_model_sdk_retries_total",
+    "HTTP attempts the anthropic SDK retried by itself within one model call "
+    "(408/409/429/5xx, connection failures), by the failed attempt's error type.",
+    ["error_type"],
+)
 MODEL_FAILURES = Counter(
     "hango_model_failures_total",
     "Model calls that failed for good: not retryable, or still failing after every retry.",
@@ -315,6 +321,7 @@ def _initialise() -> None:
         RUNS_FAILED.labels(etype)
     for etype in sorted(MODEL_ERROR_TYPES | {"other"}):
         MODEL_RETRIES.labels(etype)
+        MODEL_SDK_RETRIES.labels(etype)
         MODEL_FAILURES.labels(etype)
     for state in ("used", "total"):
         WORKER_SLOTS.labels(state)

@@ -112,9 +112,9 @@ the API's 429 ``rate_limit_error`` with ``retry-after`` and the
 ``anthropic-ratelimit-*`` headers, which successful answers carry too. It counts
 what it accepted (``accepted``, ``max_in_window()``) and refused (``refused``).
 
-**CLI.** ``hango-fake-anthropic --port P --script FILE [--context-window N]`` (also
-``python -m hango_worker.testing.fake_anthropic``; not a subcommand of the
-production CLI) serves a script file until SIGINT/SIGTERM:
+**CLI.** ``python -m hango_worker.testing.fake_anthropic --port P --script FILE
+[--context-window N]`` (no console script: the image leaves this package out; not a
+subcommand of the production CLI) serves a script file until SIGINT/SIGTERM:
 `serve_forever(port, script_path)` (blocking, its own loop) or
 `serve_script(...)` (a coroutine, on the running loop); `main(argv)` is the
 whole command.
