@@ -62,5 +62,5 @@ def downgrade() -> None:
     v1 = _v1()
     op.execute("DROP VIEW hango_api.runs")  # a view's columns cannot be dropped in place
     op.execute(v1.RUNS_VIEW)
-    op.execute(f"GRANT SELECT ON hango_api.runs TO {v1.ROLE}")
+    op.execute(v1.if_role(f"GRANT SELECT ON hango_api.runs TO {v1.ROLE}"))
     op.drop_column("runs", "output")
