@@ -253,3 +253,31 @@ def test_a_summary_call_is_priced_at_its_own_model() -> None:
     assert cost.usd == pytest.approx(4.0)
     cost.add(Usage(input_tokens=10), "claude-unpriced-summariser")
     assert cost.usd is None and cost.unpriced == "model=claude-unpriced-summariser"
+
+
+async def test_an_unknown_cost_stays_unknown_and_named_across_attempts(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    from hango_worker.store import decisions, repo
+    from hango_worker.vocab import Decision
+
+    await make_agent(pool, tools=["echo", "ask_user"])
+    run_id = await enqueue(pool)
+    priority = {"input_tokens": 10, "output_tokens": 5, "service_tier": "priority"}
+    script = [
+        {"tool_calls": [call("ask_user", question="ok?")], "usage": priority},
+        {"text": "done"},  # the next attempt: standard tier, priced
+    ]
+    echo, _ = recording_tool()
+    async with FakeAnthropic(script) as fake:
+        provider = AnthropicProvider(api_key="test", base_url=fake.base_url, max_retries=0)
+        try:
+            await run_until_idle(dsn, provider, [echo], model_prices=PRICES)
+            await decisions.decide(pool, repo.DEFAULT_TENANT_ID, run_id, Decision.ANSWER, text="y")
+            await run_until_idle(dsn, provider, [echo], model_prices=PRICES)
+        finally:
+            await provider.aclose()
+    run = await details(pool, run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert usage_of(run)["cost_usd"] is None
+    assert usage_of(run)["cost_unpriced"] == "service_tier=priority"

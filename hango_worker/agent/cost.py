@@ -47,9 +47,12 @@ class RunCost:
         units = sorted(self._unknown - {"model"})
         return ", ".join(units) if units and self.price is not None else None
 
-    def carry(self, before: float | None) -> None:
-        """Start from what earlier attempts cost (None: unknown, and so is the total)."""
+    def carry(self, before: float | None, unpriced: str | None = None) -> None:
+        """Start from what earlier attempts cost (None: unknown, and so is the total;
+        `unpriced`: the units that made it so, kept in the record)."""
         self._before = None if before is None or self._before is None else self._before + before
+        if before is None and unpriced:
+            self._unknown.update(unpriced.split(", "))
 
     def add(self, usage: Usage, model: str | None = None) -> float:
         """Price one response of the agent's model (or of `model`: a summary call's);

@@ -84,6 +84,7 @@ class RunInfo:
     recorded: dict[str, ToolResult] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)  # used by this run's earlier attempts
     cost_before: float | None = 0.0  # what they cost (None: unknown)
+    unpriced_before: str | None = None  # cost None: the units that had no price
     # calls of the pending batch a wait left unstarted (runs.waiting_for): run them now
     not_started: frozenset[str] = frozenset()
     span_attributes: dict[str, Any] = field(default_factory=dict)
@@ -161,7 +162,7 @@ class AgentLoop(ToolBatches):
         # as loaded: kept already, or the run's start (not worth a row)
         self._last_state = compact_json(dump_state(state))
         self._usage.add(info.usage)
-        self._cost.carry(info.cost_before)
+        self._cost.carry(info.cost_before, info.unpriced_before)
         self._next.spent_usd = self._cost.usd
         last = state.messages[persisted - 1] if persisted else None
         # what is stored already: a run that ends (waits, fails) before its first turn

@@ -347,6 +347,7 @@ async def execute(deps: RunDeps, c: Claim, control: RunControl) -> Outcome | Non
         usage=c.usage,
         not_started=frozenset((c.waiting_for or {}).get("not_started", [])),
         cost_before=c.cost_before,
+        unpriced_before=c.unpriced_before,
         parent=parent,
         links=links,
         span_attributes=_span_attributes(deps, c),

@@ -69,6 +69,7 @@ class Claim:
     started_s: float = 0.0  # when the run first started (epoch seconds)
     usage: Usage = field(default_factory=Usage)  # used by earlier attempts
     cost_before: float | None = 0.0  # what they cost (None: unknown)
+    unpriced_before: str | None = None  # cost None: the units that had no price
     rate_wait_s: float = 0.0  # their time waiting for the rate limit (run/ratelimit.py)
     waiting_for: dict[str, Any] | None = None  # set when resumed after a wait
     depth: int = 0  # 0: enqueued by a producer; a child run is its parent's + 1
@@ -104,7 +105,7 @@ class Claim:
             c.invalid = {"type": ErrorType.INVALID_INPUT, "message": str(e)}
         try:
             c.state_json = decode_json(r["state_json"], "runs.state_json")
-            c.usage, c.cost_before = _decode_usage(r["usage"])
+            c.usage, c.cost_before, c.unpriced_before = _decode_usage(r["usage"])
             c.rate_wait_s = prior_wait(r["usage"])
             c.waiting_for = _decode_waiting(r["waiting_for"])
         except ValueError as e:
@@ -152,19 +153,22 @@ def prior_wait(raw: str | None) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
 
 
-def _decode_usage(raw: str | None) -> tuple[Usage, float | None]:
+def _decode_usage(raw: str | None) -> tuple[Usage, float | None, str | None]:
     """`runs.usage` (written by us at every checkpoint): the run's token counts and
-    cost so far (cost None: unknown, the model has no price)."""
+    cost so far (cost None: unknown, the model or a unit has no price: `cost_unpriced`
+    names the unit)."""
     d = decode_json(raw, "runs.usage")
     if d is None:
-        return Usage(), 0.0
+        return Usage(), 0.0, None
     if not isinstance(d, dict):
         raise ValueError(f"runs.usage must be a JSON object, got {type(d).__name__}")
     cost = d.get("cost_usd")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
         raise ValueError(f"runs.usage.cost_usd must be a number or null, got {cost!r}"[:300])
     try:
-        return Usage.from_dict(d), None if cost is None else float(cost)
+        unpriced = d.get("cost_unpriced") if cost is None else None
+        unpriced = unpriced if isinstance(unpriced, str) else None
+        return Usage.from_dict(d), None if cost is None else float(cost), unpriced
     except (TypeError, ValueError):
         raise ValueError(f"runs.usage holds a count that is not a number: {d!r}"[:300]) from None
 
