@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -37,19 +37,22 @@ async def enqueue(
     conn: asyncpg.Connection | asyncpg.Pool,
     *,
     agent: str,
-    input: str,
+    input: str = "",
     session_id: str | None = None,
     idempotency_key: str | None = None,
     tenant_id: str = repo.DEFAULT_TENANT_ID,
     limits: Mapping[str, Any] | None = None,
     memory_key: str | None = None,
     priority: int = 0,
+    content: Sequence[Mapping[str, Any]] | None = None,
 ) -> EnqueueResult:
     """Queue a run on the caller's connection (any asyncpg connection, no codecs
     needed): inside the caller's transaction it is queued iff that commits.
     `limits`: this run's own limits (max_turns, max_input_tokens, max_output_tokens,
     max_tool_calls, tool_call_limits, max_duration_s, deadline); ValueError if invalid.
-    `priority`: 0 (default) to 1000; within the tenant, higher is claimed first."""
+    `priority`: 0 (default) to 1000; within the tenant, higher is claimed first.
+    `content`: content blocks (images, documents, search results, …) beside or instead
+    of `input` (docs/inputs-and-outputs.md); ValueError, one line, if refused."""
     return await repo.enqueue_run(
         conn,
         tenant_id=tenant_id,
@@ -60,6 +63,7 @@ async def enqueue(
         limits=parse_overrides(dict(limits)) if limits is not None else None,
         memory_key=memory_key,
         priority=priority,
+        content=None if content is None else [dict(b) for b in content],
     )
 
 
@@ -109,7 +113,7 @@ class Client:
     async def enqueue(
         self,
         agent: str,
-        input: str,
+        input: str = "",
         session_id: str | None = None,
         *,
         idempotency_key: str | None = None,
@@ -117,8 +121,10 @@ class Client:
         limits: Mapping[str, Any] | None = None,
         memory_key: str | None = None,
         priority: int = 0,
+        content: Sequence[Mapping[str, Any]] | None = None,
     ) -> EnqueueResult:
-        """Queue a run. `priority`: 0-1000, higher is claimed first within the tenant.
+        """Queue a run. `content`: content blocks beside or instead of `input`.
+        `priority`: 0-1000, higher is claimed first within the tenant.
         `idempotency_key`: a second enqueue with the same key returns
         the first run (`created=False`). `conn`: enqueue on your connection, inside
         your transaction. `memory_key`: whose memory the run uses when its agent keeps
@@ -133,6 +139,7 @@ class Client:
             limits=limits,
             memory_key=memory_key,
             priority=priority,
+            content=content,
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:

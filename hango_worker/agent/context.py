@@ -72,7 +72,7 @@ def block_chars(b: Block) -> int:
         return len(b.name) + len(json.dumps(b.input, separators=(",", ":")))
     if isinstance(b, ThinkingBlock):
         return len(b.thinking) + len(b.signature)
-    return len(compact_json(b.to_dict()))  # a RawBlock: its JSON as sent
+    return len(compact_json(b.data))  # a RawBlock: its JSON (a stored block: its reference)
 
 
 def message_chars(m: Message) -> int:

@@ -15,6 +15,7 @@ from alembic.util import CommandError
 from pydantic import ValidationError
 
 from hango_worker.cli import exits
+from hango_worker.cli.attach import given_text, read_content
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import check_tools, json_arg, read_input
 from hango_worker.cli.show import JsonLines, showable
@@ -145,7 +146,10 @@ async def cmd_agents_list(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
     from hango_worker.agent.limits import parse_overrides
 
-    text = read_input(a.input, a.input_file)
+    content = read_content(a.attach, a.input_json)
+    if content is None and not given_text(a):
+        raise CliError("enqueue: give --input, --input-file, --attach or --input-json")
+    text = read_input(a.input, a.input_file) if content is None or given_text(a) else ""
     limits = None
     if a.limits is not None:
         try:
@@ -153,16 +157,20 @@ async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
         except ValueError as e:
             raise CliError(f"--limits: {e}") from None
     async with pool_for(s) as (_, pool):
-        r = await repo.enqueue_run(
-            pool,
-            tenant_id=await tenant_of(pool, a),
-            agent=a.agent,
-            input_text=text,
-            session_id=a.session,
-            limits=limits,
-            memory_key=a.memory_key,
-            priority=a.priority,
-        )
+        try:
+            r = await repo.enqueue_run(
+                pool,
+                tenant_id=await tenant_of(pool, a),
+                agent=a.agent,
+                input_text=text,
+                session_id=a.session,
+                limits=limits,
+                memory_key=a.memory_key,
+                priority=a.priority,
+                content=content,
+            )
+        except ValueError as e:  # refused by the producer API (QH003): one line, exit 2
+            raise CliError(str(e)) from None
     ids = {"run_id": r.run_id, "session_id": r.session_id}
     print(json.dumps(ids) if a.json else ids["run_id"])
     return exits.OK

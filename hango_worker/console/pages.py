@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from hango_worker.console.html import Html, href, join, render, status_span
-from hango_worker.render import usage_line
+from hango_worker.render import ATTACHMENTS, attachment, usage_line
 from hango_worker.vocab import RunStatus
 
 STATUSES = tuple(str(s) for s in RunStatus)
@@ -141,6 +141,8 @@ def block(b: Any) -> Html:
             "</details>",
             t=b.get("thinking", ""),
         )
+    if kind in ATTACHMENTS:  # by name, media type and size: never the bytes
+        return render('<div class="muted">[{k}]</div>', k=attachment(b))
     return render('<div class="muted">[{k}]</div>', k=kind)
 
 

@@ -173,13 +173,16 @@ class RawBlock:
     its whole JSON object as the API returned it, sent back as it is. Never edited."""
 
     data: dict[str, JSON]
+    # A block stored once (provider/content.py): `data` holds the reference as stored,
+    # `wire` the block with its bytes, as sent (set when a run is loaded; never stored).
+    wire: dict[str, JSON] | None = None
 
     @property
     def type(self) -> str:
         return str(self.data.get("type"))
 
     def to_dict(self) -> dict[str, JSON]:
-        return self.data
+        return self.data if self.wire is None else self.wire
 
 
 Block: TypeAlias = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RawBlock
@@ -192,6 +195,10 @@ class Message:
 
     def to_dict(self) -> dict[str, JSON]:
         return {"role": self.role, "content": [b.to_dict() for b in self.content]}
+
+    def stored_content(self) -> list[dict[str, JSON]]:
+        """The content as stored: a block stored once keeps its reference, not its bytes."""
+        return [b.data if type(b) is RawBlock else b.to_dict() for b in self.content]
 
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]

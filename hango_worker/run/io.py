@@ -315,7 +315,7 @@ class PgRunIO:
             outcome.limit if outcome else None,
             m_seq,
             [m.role for m in new_messages],
-            [_dumps(m.to_dict()["content"]) for m in new_messages],
+            [_dumps(m.stored_content()) for m in new_messages],
             e_seq,
             [e.type for e in events],
             [_dumps(e.payload) for e in events],
