@@ -7,7 +7,7 @@ import re
 import sys
 from typing import Any, TextIO
 
-from hango_worker.provider.content import describe
+from hango_worker.provider.content import describe, result_text
 from hango_worker.provider.sanitize import clean_text
 
 # input blocks shown as one line (provider/content.py `describe`), never their bytes
@@ -74,6 +74,11 @@ def attachment(block: dict[str, Any]) -> str:
     return describe(block)
 
 
+def attachments_text(blocks: list[dict[str, Any]]) -> str:
+    """A tool result's blocks as text: its text, a line per image or document."""
+    return result_text(blocks)
+
+
 def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
     kind = block.get("type")
     if kind == "text":
@@ -88,7 +93,10 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
         return [p(f"  → {safe(block.get('name'))}({short(block.get('input'))})", YELLOW)]
     if kind == "tool_result":
         mark = p("  ✗ ", RED) if block.get("is_error") else p("  ← ", GREEN)
-        return [mark + short(block.get("content", ""))]
+        content = block.get("content", "")
+        if isinstance(content, list):  # blocks: text, and a line per image or document
+            return [mark + short(result_text([b for b in content if isinstance(b, dict)]))]
+        return [mark + short(content)]
     if kind == "thinking":
         return [p(f"  (thinking) {short(block.get('thinking', ''))}", DIM)]
     if kind == "server_tool_use":

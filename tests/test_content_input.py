@@ -378,3 +378,68 @@ async def test_a_fork_copies_references_not_bytes_and_gc_deletes_blobs_no_run_re
     res = await gc(pool, older_than=datetime.timedelta(0), delete_runs=True)
     assert res.runs_deleted == 1 and res.blobs_deleted == 1
     assert await pool.fetchval("SELECT count(*) FROM blobs") == 0
+
+
+def screenshot_tool(data: bytes) -> Any:
+    from hango_worker.tool.types import Tool
+
+    async def fn(args: dict[str, Any], ctx: Any) -> bytes:
+        return data  # bytes: an image by its first bytes
+
+    return Tool("screenshot", "A screenshot of the page.", {"type": "object"}, fn)
+
+
+async def test_a_tool_returning_an_image_is_sent_byte_exact_stored_once_and_shown(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    shot = png(150_000)
+    stored_before = REGISTRY.get_sample_value("hango_content_blob_bytes_stored_total") or 0.0
+    await make_agent(pool, tools=["screenshot", "ask_user"])
+    script = [
+        {"tool_calls": [call("screenshot")]},
+        {"tool_calls": [call("ask_user", question="Is this the page?")]},
+        {"text": "It is."},
+    ]
+    with FakeAnthropic(script) as fake:
+        claude = AnthropicProvider(api_key="k", base_url=fake.base_url, max_retries=0)
+        try:
+            r = await Client(pool).enqueue("agent", "Take a screenshot.")
+            await run_until_idle(dsn, claude, [screenshot_tool(shot)])
+            await decisions.decide(pool, T, r.run_id, Decision.ANSWER, text="yes")
+            await run_until_idle(dsn, claude, [screenshot_tool(shot)])  # from Postgres
+        finally:
+            await claude.aclose()
+    run = await details(pool, r.run_id)
+    assert run["status"] == "succeeded", run["error"]
+    for req in fake.requests[1:]:
+        result = req.body["messages"][2]["content"][0]
+        assert result["type"] == "tool_result" and result["content"][0]["type"] == "image"
+        assert sent(result["content"][0]) == shot
+    stored = REGISTRY.get_sample_value("hango_content_blob_bytes_stored_total") or 0.0
+    assert stored - stored_before == len(shot)
+    sizes = await column_bytes(pool)
+    assert len(shot) <= sizes["blobs"] < len(shot) + 1000, sizes
+    assert sum(v for k, v in sizes.items() if k != "blobs") < 20_000, sizes
+    shown = cli(dsn, "runs", "show", r.run_id).stdout
+    assert "← [image image/png 146.5 KiB sha256 " in shown, shown
+    assert len(max(shown.split(), key=len)) < 100
+
+
+def test_compaction_clears_an_old_image_result_to_a_note_saying_it_is_kept() -> None:
+    from hango_worker.agent import compaction as cp
+    from hango_worker.provider.types import Message, TextBlock, ToolUseBlock
+    from hango_worker.tool.types import ToolResult
+
+    result = ToolResult.of_bytes(png(150_000))
+    assert result.blocks is not None and result.stored is not None and len(result.blobs) == 1
+    assert "data" not in result.stored[0]["source"]  # stored by reference
+    call_msg = Message("assistant", [ToolUseBlock("toolu_1", "screenshot", {})])
+    results = Message("user", [result.to_block("toolu_1"), TextBlock("next")])
+    assert results.to_dict()["content"][0]["content"][0]["source"]["data"]  # sent whole
+    shown = cp.cleared(results, call_msg)
+    note = shown.content[0].to_dict()["content"]
+    assert note.startswith("[tool result cleared from the context: screenshot returned image ")
+    assert "image/png 146.5 KiB sha256 " in note and "it is kept with the run" in note
+    assert shown.content[1] is results.content[1]
+    saved = cp.message_chars(results) - cp.message_chars(shown)
+    assert saved > 5000  # the rung pays: an image counts as the API's tokens for it

@@ -282,6 +282,10 @@ def media_block(data: bytes, media_type: str | None = None) -> dict[str, Any]:
     """An image or PDF document block of bytes (media type from the bytes unless given)."""
     kind = media_type or sniff(data)
     if kind is None:
-        raise ValueError("bytes that are not a PNG, JPEG, GIF, WebP or PDF need a media type")
+        raise ValueError(
+            "a tool result must be str, ToolResult, JSON data, content blocks or the bytes "
+            "of an image or PDF; got bytes that are not a PNG, JPEG, GIF, WebP or PDF "
+            "(return (bytes, media_type) to name another)"
+        )
     source = {"type": "base64", "media_type": kind, "data": base64.b64encode(data).decode()}
     return {"type": "document" if kind == "application/pdf" else "image", "source": source}

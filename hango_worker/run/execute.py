@@ -25,7 +25,7 @@ from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, message_from_dict
-from hango_worker.run.blobs import inline_blobs, input_message
+from hango_worker.run.blobs import inline_blobs, inline_results, input_message
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer, decode_json
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.run.ratelimit import RunRateGate
@@ -101,6 +101,10 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
     recorded: dict[str, ToolResult] = {}
     if rows and rows[-1].role == "assistant":  # a pending turn: its recorded results
         recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1].seq))
+        try:
+            recorded = await inline_results(pool, c.tenant_id, recorded)
+        except ValueError as e:
+            raise LoadError(ErrorType.INVALID_TOOL_RESULT, str(e)) from None
     decisions: dict[str, DecisionRecord] = {}
     if c.waiting_for is not None and rows and rows[-1].role == "assistant":
         found = await pool.fetch(sql.LOAD_DECISIONS, c.run_id, rows[-1].seq)

@@ -69,6 +69,10 @@ BLOB_BYTES_LOADED = Counter(
     "hango_content_blob_bytes_loaded_total",
     "Bytes of stored content blocks read when run attempts load (once per attempt).",
 )
+BLOB_BYTES_STORED = Counter(
+    "hango_content_blob_bytes_stored_total",
+    "Bytes of tool results' large blocks (images, PDFs) stored once, by reference.",
+)
 SKILL_LOADS = Counter("hango_skill_loads_total", "load_skill tool calls, by result.", ["result"])
 # Compaction (agent/mw_summarize.py): rungs applied, and each request's size.
 COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")
