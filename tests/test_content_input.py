@@ -11,6 +11,7 @@ import base64
 import importlib.util
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -443,3 +444,31 @@ def test_compaction_clears_an_old_image_result_to_a_note_saying_it_is_kept() -> 
     assert shown.content[1] is results.content[1]
     saved = cp.message_chars(results) - cp.message_chars(shown)
     assert saved > 5000  # the rung pays: an image counts as the API's tokens for it
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        (image(png(10), "image/bmp"), "messages.0.content.0.source.base64.media_type: Input should be"),
+        (
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iV*="}},
+            "messages.0.content.0.source.base64.data: invalid base64 data",
+        ),
+        (image(png(4_000_000)), "image exceeds 5 MB maximum: 5333344 bytes > 5242880 bytes"),
+        (image(png(10), "image/gif"), "specified using the image/gif media type, but the data"),
+        (document(pdf(101, 10)), "A maximum of 100 PDF pages may be provided."),
+    ],
+    ids=["media-type", "base64", "size", "bytes", "pages"],
+)  # fmt: skip
+async def test_the_fake_refuses_media_as_the_api_does(block: dict[str, Any], message: str) -> None:
+    import anthropic
+
+    async with FakeAnthropic([{"text": "ok"}]) as fake:
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=fake.base_url, max_retries=0)
+        messages: Any = [{"role": "user", "content": [block, {"type": "text", "text": "?"}]}]
+        with pytest.raises(anthropic.BadRequestError, match=re.escape(message)):
+            await client.messages.create(model="m", max_tokens=10, messages=messages)
+        ok: Any = [{"role": "user", "content": [image(png(100)), document(pdf(2, 100))]}]
+        reply = await client.messages.create(model="m", max_tokens=10, messages=ok)
+        assert reply.content[0].type == "text"
+        await client.close()
