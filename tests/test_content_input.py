@@ -472,3 +472,19 @@ async def test_the_fake_refuses_media_as_the_api_does(block: dict[str, Any], mes
         reply = await client.messages.create(model="m", max_tokens=10, messages=ok)
         assert reply.content[0].type == "text"
         await client.close()
+
+
+async def test_a_block_the_sdk_refuses_given_through_sql_fails_the_run_before_any_call(
+    pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, claude: AnthropicProvider
+) -> None:
+    await make_agent(pool)
+    bad = {"type": "search_result", "source": "kb", "content": [{"type": "text", "text": "x"}]}
+    content = [image(png()), bad]  # the SQL API checks limits; the SDK's types at load
+    run_id = await pool.fetchval(
+        "SELECT hango_api.enqueue('agent', $1::text::jsonb)::text", json.dumps({"content": content})
+    )
+    await run_until_idle(dsn, claude)
+    run = await details(pool, run_id)
+    assert run["status"] == "failed" and fake.requests == []
+    assert run["error"]["type"] == "invalid_input"
+    assert run["error"]["message"] == "runs.input.content[1] (search_result): title: Field required"

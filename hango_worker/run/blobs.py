@@ -1,7 +1,8 @@
 """Content blocks as run input, and blocks stored once (docs/inputs-and-outputs.md).
 
 `input_message` turns a run's input (`{"text"}`, `{"content": [blocks]}` or both) into
-its first user message. `inline_blobs` reads, once per run attempt, the bytes of every
+its first user message, its blocks checked against the SDK's types (the SQL API checks
+the API's limits only). `inline_blobs` reads, once per run attempt, the bytes of every
 stored block in the history (`blobs`, by tenant and sha256) and sets each such block's
 `wire` form (the base64 encoded once); the block keeps its reference in `data`, which
 is what checkpoints store (`Message.stored_content`). Nothing per turn.
@@ -14,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from hango_worker.provider.content import Blob, blob_ref, inline
+from hango_worker.provider.content import BLOB_KEY, Blob, blob_ref, check_input_blocks, inline
 from hango_worker.provider.types import (
     Block,
     Message,
@@ -41,6 +42,7 @@ def input_message(run_input: Any) -> Message:
     if content is not None:
         if not isinstance(content, list) or not content:
             raise ValueError("runs.input.content must be a non-empty list of content blocks")
+        check_input_blocks([_as_checked(b) for b in content], "runs.input.content")
         blocks = [block_from_dict(b) for b in content]
     if isinstance(text, str) and text:
         blocks.append(TextBlock(text=text))
@@ -64,6 +66,14 @@ ON CONFLICT DO NOTHING
 """
 
 Holder = RawBlock | ToolResultBlock
+
+
+def _as_checked(block: Any) -> Any:
+    """A stored block as the SDK's types see it: a reference stands for its data."""
+    if isinstance(block, dict) and blob_ref(block) is not None:
+        source = {k: v for k, v in block["source"].items() if k not in (BLOB_KEY, "size")}
+        return {**block, "source": {**source, "data": ""}}
+    return block
 
 
 def _refs(messages: list[Message]) -> dict[str, list[Holder]]:
