@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,7 +38,7 @@ async def enqueue(
     conn: asyncpg.Connection | asyncpg.Pool,
     *,
     agent: str,
-    input: str,
+    input: str = "",
     session_id: str | None = None,
     idempotency_key: str | None = None,
     tenant_id: str = repo.DEFAULT_TENANT_ID,
@@ -46,6 +46,7 @@ async def enqueue(
     memory_key: str | None = None,
     priority: int = 0,
     params: Mapping[str, Any] | None = None,
+    content: Sequence[Mapping[str, Any]] | None = None,
 ) -> EnqueueResult:
     """Queue a run on the caller's connection (any asyncpg connection, no codecs
     needed): inside the caller's transaction it is queued iff that commits.
@@ -55,9 +56,13 @@ async def enqueue(
     JSON nested more than 64 levels deep, or holding a NUL: ValueError, nothing queued.
     `params`: Messages API parameters for this run's model calls (thinking,
     stop_sequences, metadata, service_tier, output_config, …), laid over the agent's
-    config; ValueError (one line) if the merged config is refused, nothing queued."""
+    config; ValueError (one line) if the merged config is refused, nothing queued.
+    `content`: content blocks (images, documents, search results, …) beside or instead
+    of `input` (docs/inputs-and-outputs.md); ValueError, one line, if refused."""
     if limits is not None:
         check_json(limits, "limits")
+    if content is not None:
+        check_json(list(content), "content")
     run_params = None
     if params is not None:
         from hango_worker.agent.spec import check_run_params
@@ -76,6 +81,7 @@ async def enqueue(
         memory_key=memory_key,
         priority=priority,
         params=run_params,
+        content=None if content is None else [dict(b) for b in content],
     )
 
 
@@ -129,7 +135,7 @@ class Client:
     async def enqueue(
         self,
         agent: str,
-        input: str,
+        input: str = "",
         session_id: str | None = None,
         *,
         idempotency_key: str | None = None,
@@ -138,9 +144,11 @@ class Client:
         memory_key: str | None = None,
         priority: int = 0,
         params: Mapping[str, Any] | None = None,
+        content: Sequence[Mapping[str, Any]] | None = None,
     ) -> EnqueueResult:
         """Queue a run. `priority`: 0-1000, higher is claimed first within the tenant.
         `params`: Messages API parameters for this run (see `enqueue`).
+        `content`: content blocks beside or instead of `input`.
         `idempotency_key`: a second enqueue with the same key returns
         the first run (`created=False`). `conn`: enqueue on your connection, inside
         your transaction. `memory_key`: whose memory the run uses when its agent keeps
@@ -156,6 +164,7 @@ class Client:
             memory_key=memory_key,
             priority=priority,
             params=params,
+            content=content,
         )
 
     async def get(self, run_id: str) -> dict[str, Any]:

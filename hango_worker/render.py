@@ -7,7 +7,11 @@ import re
 import sys
 from typing import Any, TextIO
 
+from hango_worker.provider.content import describe, result_text
 from hango_worker.provider.sanitize import clean_text
+
+# input blocks shown as one line (provider/content.py `describe`), never their bytes
+ATTACHMENTS = frozenset(("image", "document", "search_result", "container_upload"))
 
 DIM, BOLD, GREEN, RED, CYAN, YELLOW, RESET = (
     "\033[2m",
@@ -65,6 +69,16 @@ def short(value: Any, limit: int = 160) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def attachment(block: dict[str, Any]) -> str:
+    """An input block (image, document, …) in one line: name, media type, size."""
+    return describe(block)
+
+
+def attachments_text(blocks: list[dict[str, Any]]) -> str:
+    """A tool result's blocks as text: its text, a line per image or document."""
+    return result_text(blocks)
+
+
 def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
     kind = block.get("type")
     if kind == "text":
@@ -79,11 +93,16 @@ def block_lines(p: Painter, role: str, block: dict[str, Any]) -> list[str]:
         return [p(f"  → {safe(block.get('name'))}({short(block.get('input'))})", YELLOW)]
     if kind == "tool_result":
         mark = p("  ✗ ", RED) if block.get("is_error") else p("  ← ", GREEN)
-        return [mark + short(block.get("content", ""))]
+        content = block.get("content", "")
+        if isinstance(content, list):  # blocks: text, and a line per image or document
+            return [mark + short(result_text([b for b in content if isinstance(b, dict)]))]
+        return [mark + short(content)]
     if kind == "thinking":
         return [p(f"  (thinking) {short(block.get('thinking', ''))}", DIM)]
     if kind == "server_tool_use":
         return [p(f"  ⇢ {safe(block.get('name'))}({short(block.get('input'))})", YELLOW)]
+    if kind in ATTACHMENTS:  # by name, media type and size: never the bytes
+        return [p(f"  [{safe(describe(block))}]", DIM)]
     # any other block (a server tool's result, redacted thinking, a type added later)
     rest = {k: v for k, v in block.items() if k != "type"}
     return [p(f"  [{safe(kind)}] {short(rest, 120)}", DIM)]

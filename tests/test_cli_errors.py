@@ -63,7 +63,7 @@ async def count(dsn: str, table: str) -> int:
         (("agents", "create", "--name", "a\x1b[2J", "--model", "m"), "non-printable"),
         (("agents", "create", "--name", "n" * 100_000, "--model", "m"), "at most 200"),
         (("enqueue", "--agent", "a", "--input", " "), "--input: must not be empty"),
-        (("enqueue", "--agent", "a"), "one of the arguments --input --input-file is required"),
+        (("enqueue", "--agent", "a"), "give --input, --input-file, --attach or --input-json"),
         (("runs", "show", "not-a-run"), "argument run_id: 'not-a-run' is not a run id"),
         (("runs", "list", "--bogus"), "unrecognized arguments: --bogus"),
         (("agents", "create", "--name", "a", "--model", "m", "--config", "{"), "not valid JSON"),

@@ -202,8 +202,9 @@ async def test_a_result_that_cannot_be_text_is_a_clear_error() -> None:
     assert outcome.status == "succeeded"
     raw, bad = results(io)
     assert raw["content"] == (
-        "tool 'raw' returned an unusable result: a tool result must be str, ToolResult "
-        "or JSON data; got bytes"
+        "tool 'raw' returned an unusable result: a tool result must be str, ToolResult, "
+        "JSON data, content blocks or the bytes of an image or PDF; got bytes that are not "
+        "a PNG, JPEG, GIF, WebP or PDF (return (bytes, media_type) to name another)"
     )
     assert bad["content"].startswith("tool 'bad' failed: TypeError: a tool result must be")
     assert raw["is_error"] and bad["is_error"]

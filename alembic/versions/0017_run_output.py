@@ -1,7 +1,7 @@
 """Structured final answers: runs.output, and the producer view shows it.
 
 Revision ID: 0017_run_output
-Revises: 0015_run_params
+Revises: 0016_content_blobs
 
 - runs.output (jsonb, NULL): the final answer of a run whose agent has an
   `output_schema`, parsed and validated (agent/mw_output.py; docs/structured-output.md),
@@ -24,7 +24,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
 revision = "0017_run_output"
-down_revision = "0015_run_params"
+down_revision = "0016_content_blobs"
 branch_labels = None
 depends_on = None
 serves_code_since = "0009_producer_api"

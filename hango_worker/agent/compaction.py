@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hango_worker.agent.context import ContextEstimate, message_chars
+from hango_worker.agent.context import ContextEstimate, media_chars, message_chars
 from hango_worker.agent.offload import offloaded
 from hango_worker.agent.spec import AgentConfig
+from hango_worker.provider.content import describe
 from hango_worker.provider.types import (
     Block,
     Message,
@@ -106,6 +108,15 @@ def cleared_note(tool: str, content: str) -> str:
     )
 
 
+def cleared_media_note(tool: str, blocks: list[dict[str, Any]]) -> str:
+    """What a cleared image or document result was, and that it is kept."""
+    what = "; ".join(describe(b) for b in blocks if isinstance(b, dict) and b.get("type") != "text")
+    return (
+        f"[tool result cleared from the context: {tool} returned {what}; it is kept "
+        "with the run: call the tool again if you need to see it]"
+    )
+
+
 def cleared(m: Message, prev: Message | None) -> Message:
     """`m` with each of its tool results replaced by a note (short ones are kept)."""
     if m.role != "user" or not any(isinstance(b, ToolResultBlock) for b in m.content):
@@ -113,7 +124,11 @@ def cleared(m: Message, prev: Message | None) -> Message:
     names = {u.id: u.name for u in prev.tool_uses()} if prev is not None else {}
     out: list[Block] = []
     for b in m.content:
-        if isinstance(b, ToolResultBlock):
+        if isinstance(b, ToolResultBlock) and b.blocks and media_chars(b.blocks):
+            b = ToolResultBlock(
+                b.tool_use_id, cleared_media_note(names.get(b.tool_use_id, "a tool"), b.blocks)
+            )
+        elif isinstance(b, ToolResultBlock):
             note = cleared_note(names.get(b.tool_use_id, "unknown tool"), b.content)
             if len(note) < len(b.content):
                 b = ToolResultBlock(b.tool_use_id, note, b.is_error)

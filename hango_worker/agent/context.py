@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,16 +64,28 @@ def context_window(model: str, override: int | None = None) -> int:
     return DEFAULT_CONTEXT_WINDOW
 
 
+# An image or a PDF in a tool result counts as the characters of the tokens the API
+# counts for it (an image of about 1.15 megapixels: 1600 tokens; a PDF page: about
+# 3000), not as the characters of its base64.
+IMAGE_CHARS = int(1600 * DEFAULT_CHARS_PER_TOKEN)
+DOCUMENT_CHARS = int(3000 * DEFAULT_CHARS_PER_TOKEN)
+
+
+def media_chars(blocks: list[dict[str, Any]]) -> int:
+    kinds = [b.get("type") for b in blocks if isinstance(b, dict)]
+    return kinds.count("image") * IMAGE_CHARS + kinds.count("document") * DOCUMENT_CHARS
+
+
 def block_chars(b: Block) -> int:
     if isinstance(b, TextBlock):
         return len(b.text)
     if isinstance(b, ToolResultBlock):
-        return len(b.content)
+        return len(b.content) + (media_chars(b.blocks) if b.blocks else 0)
     if isinstance(b, ToolUseBlock):
         return len(b.name) + len(json.dumps(b.input, separators=(",", ":")))
     if isinstance(b, ThinkingBlock):
         return len(b.thinking) + len(b.signature)
-    return len(compact_json(b.to_dict()))  # a RawBlock: its JSON as sent
+    return len(compact_json(b.data))  # a RawBlock: its JSON (a stored block: its reference)
 
 
 def message_chars(m: Message) -> int:

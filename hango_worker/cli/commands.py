@@ -14,6 +14,7 @@ import asyncpg
 from pydantic import ValidationError
 
 from hango_worker.cli import exits, migrating
+from hango_worker.cli.attach import given_text, read_content
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import check_tools, json_arg, read_input
 from hango_worker.cli.show import JsonLines, showable
@@ -125,7 +126,10 @@ async def cmd_agents_list(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
     from hango_worker.agent.limits import parse_overrides
 
-    text = read_input(a.input, a.input_file)
+    content = read_content(a.attach, a.input_json)
+    if content is None and not given_text(a):
+        raise CliError("enqueue: give --input, --input-file, --attach or --input-json")
+    text = read_input(a.input, a.input_file) if content is None or given_text(a) else ""
     limits = None
     if a.limits is not None:
         try:
@@ -137,17 +141,21 @@ async def cmd_enqueue(s: Settings, a: argparse.Namespace) -> int:
         tenant_id = await tenant_of(pool, a)
         if params is not None:
             params = await _run_params(pool, tenant_id, a.agent, params)
-        r = await repo.enqueue_run(
-            pool,
-            tenant_id=tenant_id,
-            agent=a.agent,
-            input_text=text,
-            session_id=a.session,
-            limits=limits,
-            memory_key=a.memory_key,
-            priority=a.priority,
-            params=params,
-        )
+        try:
+            r = await repo.enqueue_run(
+                pool,
+                tenant_id=tenant_id,
+                agent=a.agent,
+                input_text=text,
+                session_id=a.session,
+                limits=limits,
+                memory_key=a.memory_key,
+                priority=a.priority,
+                params=params,
+                content=content,
+            )
+        except ValueError as e:  # refused by the producer API (QH003): one line, exit 2
+            raise CliError(str(e)) from None
     ids = {"run_id": r.run_id, "session_id": r.session_id}
     print(json.dumps(ids) if a.json else ids["run_id"])
     return exits.OK

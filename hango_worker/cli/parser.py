@@ -98,9 +98,22 @@ def _enqueue(cmd: Callable[..., argparse.ArgumentParser]) -> None:
         help=f"0-{MAX_PRIORITY} (default 0); within the tenant, higher is claimed first",
     )
     e.add_argument("--agent", required=True, type=text, help="agent name or id")
-    given = e.add_mutually_exclusive_group(required=True)
+    given = e.add_mutually_exclusive_group()
     given.add_argument("--input", type=text, help="the user's message ('-': read stdin)")
     given.add_argument("--input-file", type=text, metavar="PATH", help="read it from a file")
+    e.add_argument(
+        "--attach",
+        action="append",
+        type=text,
+        metavar="PATH",
+        help="an image (PNG, JPEG, GIF, WebP) or PDF beside the message; repeatable",
+    )
+    e.add_argument(
+        "--input-json",
+        type=text,
+        metavar="FILE",
+        help="content blocks as JSON (a list, or {\"content\": [...]}; '-': stdin)",
+    )
     e.add_argument("--session", type=a_uuid("a session id"), help="continue its history")
     e.add_argument(
         "--limits",

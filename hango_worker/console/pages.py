@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from hango_worker.console.html import Html, href, join, render, status_span
-from hango_worker.render import usage_line
+from hango_worker.render import ATTACHMENTS, attachment, attachments_text, usage_line
 from hango_worker.vocab import RunStatus
 
 STATUSES = tuple(str(s) for s in RunStatus)
@@ -105,6 +105,8 @@ def _dumps(value: Any) -> str:
 
 
 def _result_text(content: Any) -> str:
+    if isinstance(content, list) and any(isinstance(b, dict) and b.get("source") for b in content):
+        return attachments_text([b for b in content if isinstance(b, dict)])
     if isinstance(content, list):
         parts = [b.get("text", "") if isinstance(b, dict) else "" for b in content]
         if all(isinstance(b, dict) and b.get("type") == "text" for b in content):
@@ -141,6 +143,8 @@ def block(b: Any) -> Html:
             "</details>",
             t=b.get("thinking", ""),
         )
+    if kind in ATTACHMENTS:  # by name, media type and size: never the bytes
+        return render('<div class="muted">[{k}]</div>', k=attachment(b))
     return render('<div class="muted">[{k}]</div>', k=kind)
 
 

@@ -134,20 +134,32 @@ def tool_input(value: JSON) -> tuple[dict[str, JSON], str | None]:
 @dataclass(slots=True)
 class ToolResultBlock:
     tool_use_id: str
-    content: str
+    content: str  # the text (of a result given as blocks: its text parts, then a line each)
     is_error: bool = False
     cache_control: CacheControl | None = None  # request copies only
+    # A result given as blocks (text, image, document, search_result): as stored (a large
+    # image or PDF as a reference, provider/content.py), and as sent (`wire`: with its
+    # bytes; None when nothing in it is stored by reference)
+    blocks: list[dict[str, JSON]] | None = None
+    wire: list[dict[str, JSON]] | None = None
 
     def to_dict(self) -> dict[str, JSON]:
         d: dict[str, JSON] = {
             "type": "tool_result",
             "tool_use_id": self.tool_use_id,
-            "content": self.content,
+            "content": self.content if self.blocks is None else (self.wire or self.blocks),
         }
         if self.is_error:
             d["is_error"] = True
         if self.cache_control is not None:
             d["cache_control"] = dict(self.cache_control)
+        return d
+
+    def stored(self) -> dict[str, JSON]:
+        """As stored: blocks kept by reference stay references."""
+        d = self.to_dict()
+        if self.wire is not None:
+            d["content"] = self.blocks
         return d
 
 
@@ -175,13 +187,16 @@ class RawBlock:
     its whole JSON object as the API returned it, sent back as it is. Never edited."""
 
     data: dict[str, JSON]
+    # A block stored once (provider/content.py): `data` holds the reference as stored,
+    # `wire` the block with its bytes, as sent (set when a run is loaded; never stored).
+    wire: dict[str, JSON] | None = None
 
     @property
     def type(self) -> str:
         return str(self.data.get("type"))
 
     def to_dict(self) -> dict[str, JSON]:
-        return self.data
+        return self.data if self.wire is None else self.wire
 
 
 Block: TypeAlias = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock | RawBlock
@@ -194,6 +209,17 @@ class Message:
 
     def to_dict(self) -> dict[str, JSON]:
         return {"role": self.role, "content": [b.to_dict() for b in self.content]}
+
+    def stored_content(self) -> list[dict[str, JSON]]:
+        """The content as stored: a block stored once keeps its reference, not its bytes."""
+        return [
+            b.data
+            if type(b) is RawBlock
+            else b.stored()
+            if type(b) is ToolResultBlock
+            else b.to_dict()
+            for b in self.content
+        ]
 
     def tool_uses(self) -> list[ToolUseBlock]:
         return [b for b in self.content if isinstance(b, ToolUseBlock)]
@@ -208,6 +234,13 @@ def _result_content(raw: JSON) -> str:
     if isinstance(raw, list):
         return "".join(str(p.get("text", "")) for p in raw if isinstance(p, dict))
     return str(raw)
+
+
+def _has_media(raw: JSON) -> bool:
+    """A tool result's content holds blocks other than text (kept as they are)."""
+    return isinstance(raw, list) and any(
+        isinstance(p, dict) and p.get("type") != "text" for p in raw
+    )
 
 
 # The keys each typed block models; the others go to its `extra`. `cache_control` is
@@ -243,10 +276,12 @@ def block_from_dict(d: dict[str, JSON]) -> Block:
             extra=extra_fields(d, "tool_use"),
         )
     if kind == "tool_result":
+        raw = d.get("content", "")
         return ToolResultBlock(
             tool_use_id=str(d["tool_use_id"]),
-            content=_result_content(d.get("content", "")),
+            content=_result_content(raw),
             is_error=bool(d.get("is_error", False)),
+            blocks=raw if _has_media(raw) else None,
         )
     if kind == "thinking":
         return ThinkingBlock(

@@ -24,7 +24,8 @@ from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.prices import PriceTable
-from hango_worker.provider.types import Message, Provider, TextBlock, message_from_dict
+from hango_worker.provider.types import Message, Provider, message_from_dict
+from hango_worker.run.blobs import inline_blobs, inline_results, input_message
 from hango_worker.run.budget import BudgetDirectory, RunBudgetGate
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer, decode_json
 from hango_worker.run.memory import PgMemoryStore
@@ -91,16 +92,22 @@ async def load(pool: asyncpg.Pool, c: Claim) -> Loaded:
     messages = _messages(rows)
     persisted = len(messages)
     if ctx["run_messages"] == 0:
-        text = c.input.get("text") if isinstance(c.input, dict) else None
-        if not isinstance(text, str) or not text:
-            raise LoadError(
-                ErrorType.INVALID_INPUT, "runs.input must be an object with a non-empty 'text'"
-            )
-        messages.append(Message("user", [TextBlock(text=text)]))
+        try:
+            messages.append(input_message(c.input))
+        except (ValueError, KeyError, TypeError) as e:
+            raise LoadError(ErrorType.INVALID_INPUT, _why(e)) from None
+    try:
+        await inline_blobs(pool, c.tenant_id, messages)
+    except ValueError as e:
+        raise LoadError(ErrorType.INVALID_HISTORY, str(e)) from None
     overrides = _overrides(c.input)
     recorded: dict[str, ToolResult] = {}
     if rows and rows[-1].role == "assistant":  # a pending turn: its recorded results
         recorded = _recorded(await pool.fetch(sql.LOAD_TOOL_RESULTS, c.run_id, rows[-1].seq))
+        try:
+            recorded = await inline_results(pool, c.tenant_id, recorded)
+        except ValueError as e:
+            raise LoadError(ErrorType.INVALID_TOOL_RESULT, str(e)) from None
     decisions: dict[str, DecisionRecord] = {}
     if c.waiting_for is not None and rows and rows[-1].role == "assistant":
         found = await pool.fetch(sql.LOAD_DECISIONS, c.run_id, rows[-1].seq)

@@ -19,6 +19,7 @@ from hango_worker.agent.control import RunControl
 from hango_worker.agent.ports import ChildRun, Event, Fenced, FileInfo, Outcome
 from hango_worker.agent.state import FileWrite, State, dump_state
 from hango_worker.provider.types import Message, ToolUseBlock, Usage, compact_json
+from hango_worker.run.blobs import store_blobs
 from hango_worker.store import sql
 from hango_worker.tool.types import ToolResult
 from hango_worker.vocab import ErrorType
@@ -322,7 +323,7 @@ class PgRunIO:
             outcome.limit if outcome else None,
             m_seq,
             [m.role for m in new_messages],
-            [_dumps(m.to_dict()["content"]) for m in new_messages],
+            [_dumps(m.stored_content()) for m in new_messages],
             e_seq,
             [e.type for e in events],
             [_dumps(e.payload) for e in events],
@@ -403,6 +404,8 @@ class PgRunIO:
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
     ) -> None:
+        if result.blobs:  # its large blocks once, by reference (docs/inputs-and-outputs.md)
+            await store_blobs(self.pool, self.claim.tenant_id, self.claim.run_id, [*result.blobs])
         writes = list(state.file_writes)
         await self._fenced(
             sql.RECORD_TOOL,

@@ -52,6 +52,15 @@ SELECT $1, row_number() OVER (ORDER BY seq), $2, role, content
 FROM messages WHERE session_id = $3 AND seq < $4
 RETURNING seq, role, content::text AS content
 """
+# the stored content blocks the copied history refers to: the new run refers to them
+# too (references, never the bytes: docs/inputs-and-outputs.md)
+_COPY_BLOB_REFS = """
+INSERT INTO run_blobs (run_id, sha256, tenant_id)
+SELECT DISTINCT $2::uuid, decode(ref #>> '{}', 'hex'), $3::uuid
+FROM messages m, jsonb_path_query(m.content, 'lax $.**.hango_blob') ref
+WHERE m.session_id = $1 AND jsonb_typeof(ref) = 'string'
+ON CONFLICT DO NOTHING
+"""
 _APPEND_TO_LAST = (
     "UPDATE messages SET content = content || $3::text::jsonb WHERE session_id = $1 AND seq = $2"
 )
@@ -122,6 +131,7 @@ async def fork(
             _NEW_RUN, new_run, tenant_id, new_session, src["agent_id"], json.dumps(run_input), state
         )
         copied = await conn.fetch(_COPY, new_session, new_run, src["session_id"], cut)
+        await conn.execute(_COPY_BLOB_REFS, new_session, new_run, tenant_id)
         await _add_input(conn, new_session, new_run, copied, input_text)
         await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, new_run)
     return {"run_id": new_run, "session_id": new_session}

@@ -70,6 +70,7 @@ class GcResult:
     events_deleted: int = 0
     runs_deleted: int = 0
     messages_deleted: int = 0
+    blobs_deleted: int = 0  # stored content blocks no run refers to any more
     tool_calls_deleted: int = 0
     batches: int = 0
 
@@ -151,6 +152,18 @@ DELETE_TOOL_CALLS = "DELETE FROM tool_calls WHERE run_id = ANY($1::uuid[])"
 DELETE_MESSAGES = "DELETE FROM messages WHERE run_id = ANY($1::uuid[])"
 DELETE_RUN_EVENTS = "DELETE FROM run_events WHERE run_id = ANY($1::uuid[])"
 DELETE_RUNS = "DELETE FROM runs WHERE id = ANY($1::uuid[])"
+# Stored content blocks (docs/inputs-and-outputs.md): the runs' references, then each
+# blob no run refers to any more (a fork's run still does). run_blobs' foreign key on
+# blobs makes a race with an enqueue that refers to the same bytes an error, never a
+# dangling reference.
+DELETE_RUN_BLOBS = (
+    "DELETE FROM run_blobs WHERE run_id = ANY($1::uuid[]) RETURNING tenant_id::text, sha256"
+)
+DELETE_BLOBS = """
+DELETE FROM blobs b USING unnest($1::uuid[], $2::bytea[]) AS d(tenant_id, sha256)
+WHERE b.tenant_id = d.tenant_id AND b.sha256 = d.sha256
+  AND NOT EXISTS (SELECT 1 FROM run_blobs r WHERE r.tenant_id = b.tenant_id AND r.sha256 = b.sha256)
+"""
 
 
 def _count(status: str) -> int:
@@ -295,7 +308,11 @@ async def _delete_sessions(
         tool_calls = _count(await conn.execute(DELETE_TOOL_CALLS, runs))
         messages = _count(await conn.execute(DELETE_MESSAGES, runs))
         events = _count(await conn.execute(DELETE_RUN_EVENTS, runs))
+        refs = await conn.fetch(DELETE_RUN_BLOBS, runs)
         deleted = _count(await conn.execute(DELETE_RUNS, runs))
+        if refs:
+            blobs = [r["tenant_id"] for r in refs], [r["sha256"] for r in refs]
+            result.blobs_deleted += _count(await conn.execute(DELETE_BLOBS, *blobs))
     result.tool_calls_deleted += tool_calls
     result.messages_deleted += messages
     result.events_deleted += events

@@ -14,6 +14,11 @@ from __future__ import annotations
 SQL_NAMES = frozenset(
     {"hango_api", "hango_producer", "hango_enqueue_run", "hango_run_input", "hango_tenant_id"}
 )
+# content blocks as input, stored once (migration 0016_content_blobs)
+SQL_NAMES = SQL_NAMES | frozenset(
+    {"hango_run_input_text", "hango_check_content", "hango_store_blobs", "hango_ref_blobs"}
+    | {"hango_sniff", "hango_pdf_pages"}
+)
 
 UNKNOWN_TENANT = "QH001"
 UNKNOWN_AGENT = "QH002"

@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 
+from hango_worker.provider.content import check_input_blocks
 from hango_worker.store import producer_api
 
 DEFAULT_TENANT_ID = "00000000-0000-0000-0000-000000000001"
@@ -183,6 +184,7 @@ async def enqueue_run(
     memory_key: str | None = None,
     priority: int = 0,
     params: dict[str, Any] | None = None,
+    content: list[dict[str, Any]] | None = None,
 ) -> Enqueued:
     """Queue a run (new session unless one is given) and wake idle workers, through
     the producer API's one implementation (`hango_enqueue_run`, docs/producers.md).
@@ -196,7 +198,9 @@ async def enqueue_run(
     `memory_key`: whose memory the run uses when its agent keeps memory per caller
     (`memory_scope` "key"), e.g. an end user. `params`: the run's own Messages API
     parameters, already checked against the agent (`agent.spec.check_run_params`),
-    stored as `runs.input.params`."""
+    stored as `runs.input.params`. `content`: content blocks (images, documents,
+    search results, …; docs/inputs-and-outputs.md) beside or instead of the text,
+    checked against the SDK's types here and the API's limits in SQL."""
     if session_id is not None:
         try:
             uuid.UUID(session_id)
@@ -208,6 +212,10 @@ async def enqueue_run(
             f"got {len(idempotency_key)}"
         )
     check_priority(priority)
+    run_input: dict[str, Any] = {"text": input_text} if input_text else {}
+    if content is not None:  # checked against the SDK's types first, for a precise line
+        check_input_blocks(content)
+        run_input["content"] = content
     config = _run_config(limits, memory_key)
     if params is not None:
         config = {**(config or {}), "params": params}
@@ -216,7 +224,7 @@ async def enqueue_run(
             producer_api.ENQUEUE,
             tenant_id,
             agent,
-            json.dumps({"text": input_text}, ensure_ascii=False),
+            json.dumps(run_input or {"text": input_text}, ensure_ascii=False),
             session_id,
             idempotency_key,
             None if config is None else json.dumps(config, ensure_ascii=False),

@@ -15,9 +15,11 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -391,4 +393,33 @@ budget_holds = Table(
     Column("budget_ids", ARRAY(BigInteger), nullable=False),
     Column("amount_usd", Float, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# Content blocks stored once (migration 0016, docs/inputs-and-outputs.md): the bytes of a
+# large base64 source (an image, a PDF) by tenant and sha256; history holds a reference
+# (`source.hango_blob`). `run_blobs` says which runs refer to which blobs: a fork copies
+# these rows, never the bytes; gc deletes a blob when no run refers to it any more.
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("tenant_id", UUID(as_uuid=False), primary_key=True),
+    Column("sha256", LargeBinary, primary_key=True),
+    Column("media_type", Text, nullable=False),
+    Column("size", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    _now(),
+)
+
+run_blobs = Table(
+    "run_blobs",
+    metadata,
+    Column(
+        "run_id", UUID(as_uuid=False), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    Column("sha256", LargeBinary, primary_key=True),
+    Column("tenant_id", UUID(as_uuid=False), nullable=False),
+    ForeignKeyConstraint(
+        ["tenant_id", "sha256"], ["blobs.tenant_id", "blobs.sha256"], name="run_blobs_blob_fkey"
+    ),
+    Index("run_blobs_blob_idx", "tenant_id", "sha256"),
 )

@@ -61,6 +61,18 @@ MEMORY_WRITES = Counter(
 # load_skill calls (agent/mw_skills.py): result body (a skill's SKILL.md) | file (one of
 # its files) | unknown_skill | unknown_file (a tool error). Skill names are not labels.
 SKILL_LOAD_RESULTS = ("body", "file", "unknown_skill", "unknown_file")
+# Content blocks stored once (run/blobs.py): blobs inlined when a run attempt loads.
+BLOBS_LOADED = Counter(
+    "hango_content_blobs_loaded_total", "Stored content blocks inlined when a run attempt loads."
+)
+BLOB_BYTES_LOADED = Counter(
+    "hango_content_blob_bytes_loaded_total",
+    "Bytes of stored content blocks read when run attempts load (once per attempt).",
+)
+BLOB_BYTES_STORED = Counter(
+    "hango_content_blob_bytes_stored_total",
+    "Bytes of tool results' large blocks (images, PDFs) stored once, by reference.",
+)
 SKILL_LOADS = Counter("hango_skill_loads_total", "load_skill tool calls, by result.", ["result"])
 # Compaction (agent/mw_summarize.py): rungs applied, and each request's size.
 COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")

@@ -14,6 +14,15 @@ from typing import Any
 
 import jsonschema
 
+from hango_worker.provider.content import (
+    Blob,
+    blob_ref,
+    check_input_blocks,
+    media_block,
+    result_block_types,
+    result_text,
+    store_form,
+)
 from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import ToolResultBlock, ToolSpec
 from hango_worker.tool.threads import DaemonThreads
@@ -38,15 +47,27 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accept
 class ToolResult:
     """What a tool call gave. `content` is text: anything else is JSON-encoded (a value
     that is not JSON-serialisable raises TypeError), and NUL characters and lone
-    surrogates become U+FFFD (`provider/sanitize.py`); `sanitized` counts them."""
+    surrogates become U+FFFD (`provider/sanitize.py`); `sanitized` counts them.
+
+    `blocks`: a result given as content blocks (text, image, document, search_result;
+    checked against the SDK's types, ValueError naming the block): sent as they are,
+    stored with each large image or PDF by reference (`stored`, `blobs`:
+    docs/inputs-and-outputs.md); `content` is then their text (`ToolResult.of_blocks`,
+    `ToolResult.of_bytes`)."""
 
     content: str
     is_error: bool = False
     outcome: str | None = field(default=None, compare=False)
     sanitized: int = field(default=0, compare=False, init=False)
+    blocks: list[dict[str, Any]] | None = field(default=None, kw_only=True)
+    stored: list[dict[str, Any]] | None = field(default=None, compare=False, init=False)
+    blobs: tuple[Blob, ...] = field(default=(), compare=False, init=False)
 
     def __post_init__(self) -> None:
         content: Any = self.content
+        if self.blocks is not None:
+            text = self._take_blocks(self.blocks)
+            content = content or text
         if not isinstance(content, str):
             content = as_text(content)
         clean, n = clean_text(content)
@@ -54,6 +75,25 @@ class ToolResult:
         object.__setattr__(self, "sanitized", n)
         if self.outcome is not None and self.outcome not in OUTCOMES:
             raise ValueError(f"unknown tool outcome {self.outcome!r}")
+
+    def _take_blocks(self, blocks: list[dict[str, Any]]) -> str:
+        if any(blob_ref(b) for b in blocks if isinstance(b, dict)):  # read back as stored
+            object.__setattr__(self, "stored", blocks)
+            return result_text(blocks)
+        check_input_blocks(blocks, "a tool result", result_block_types())
+        stored, blobs = store_form(blocks)
+        object.__setattr__(self, "stored", stored)
+        object.__setattr__(self, "blobs", tuple(blobs))
+        return result_text(blocks)
+
+    @classmethod
+    def of_blocks(cls, blocks: list[dict[str, Any]], is_error: bool = False) -> ToolResult:
+        return cls("", is_error, blocks=list(blocks))
+
+    @classmethod
+    def of_bytes(cls, data: bytes, media_type: str | None = None) -> ToolResult:
+        """An image or PDF (media type from the bytes unless given) as the result."""
+        return cls("", blocks=[media_block(data, media_type)])
 
     @classmethod
     def error(cls, message: str, outcome: str | None = None) -> ToolResult:
@@ -64,16 +104,43 @@ class ToolResult:
         return self.outcome or ("error" if self.is_error else "ok")
 
     def to_block(self, tool_use_id: str) -> ToolResultBlock:
-        return ToolResultBlock(
-            tool_use_id=tool_use_id, content=self.content, is_error=self.is_error
-        )
+        if self.blocks is None:
+            return ToolResultBlock(
+                tool_use_id=tool_use_id, content=self.content, is_error=self.is_error
+            )
+        wire = self.blocks if self.stored is not self.blocks else None
+        return ToolResultBlock(tool_use_id, self.content, self.is_error, None, self.stored, wire)
 
     def to_dict(self) -> dict[str, Any]:
+        if self.stored is not None:
+            return {"content": self.content, "is_error": self.is_error, "blocks": self.stored}
         return {"content": self.content, "is_error": self.is_error}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ToolResult:
-        return cls(content=str(d.get("content", "")), is_error=bool(d.get("is_error", False)))
+        blocks = d.get("blocks")
+        return cls(
+            content=str(d.get("content", "")),
+            is_error=bool(d.get("is_error", False)),
+            blocks=blocks if isinstance(blocks, list) else None,
+        )
+
+
+def as_blocks(value: Any) -> list[dict[str, Any]] | None:
+    """A tool's return value as content blocks, if it is some: bytes (an image or PDF),
+    (bytes, media type), or a list of blocks of the types a tool result may hold."""
+    if isinstance(value, bytes | bytearray):
+        return [media_block(bytes(value))]
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], bytes):
+        return [media_block(value[0], str(value[1]))]
+    kinds = result_block_types()
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(b, dict) and b.get("type") in kinds for b in value)
+    ):
+        return value
+    return None
 
 
 def as_text(value: Any) -> str:
@@ -184,8 +251,11 @@ class Tool:
         if isinstance(out, ToolResult):
             return out
         try:
+            blocks = None if isinstance(out, str) else as_blocks(out)
+            if blocks is not None:
+                return ToolResult("", blocks=blocks)
             return ToolResult(content=out if isinstance(out, str) else as_text(out))
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             return ToolResult.error(
                 f"tool '{self.name}' returned an unusable result: {e}", "bad_result"
             )

@@ -72,6 +72,8 @@ is set: a stream provably still going while the client reads it.
 **Validation,** with the real API's messages: empty ``messages``; a
 ``tool_use`` not answered by ``tool_result`` blocks first in the next user
 message; a ``tool_result`` with no ``tool_use`` in the previous message;
+images and documents as the API checks them (media types, base64, the bytes matching
+the media type, 5 MB per image, 100 images, 100 PDF pages: `media.py`);
 more than 4 ``cache_control`` blocks; a ``"ttl": "1h"`` breakpoint after a
 5 min one; missing ``model``/``max_tokens``/``anthropic-version``. Each gives
 a 400 ``invalid_request_error``.

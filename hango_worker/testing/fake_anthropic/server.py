@@ -17,6 +17,7 @@ from hango_worker.testing.fake_anthropic.cache import (
     CacheUsage,
     PromptCache,
 )
+from hango_worker.testing.fake_anthropic.media import check_media
 from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
 from hango_worker.testing.fake_anthropic.roundtrip import SentLog, check_round_trip
 from hango_worker.testing.fake_anthropic.script import (
@@ -234,6 +235,7 @@ class FakeAnthropic:
             validate_request(body, rec.headers, counting=path == COUNT_TOKENS_PATH)
             check_output_format(body)
             check_forced_tool(body)
+            check_media(rec.body["messages"])
             check_round_trip(rec.body, self.sent)
             rec.input_tokens = count_tokens(rec.body)
             if path == COUNT_TOKENS_PATH:

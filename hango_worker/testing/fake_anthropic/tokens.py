@@ -9,7 +9,8 @@ then system, then messages):
   ``text`` parts of a list), the tool name plus the compact JSON of the input of a
   ``tool_use``, the text of a ``thinking`` block, and the canonical JSON
   (sorted keys, no spaces, ``cache_control`` left out) of anything else,
-  including each tool definition;
+  including each tool definition; a base64 image counts `IMAGE_TOKENS`, a base64 PDF
+  `PDF_TOKENS`, whatever their size;
 - each tool definition adds `TOOL_OVERHEAD_TOKENS`, each message
   `MESSAGE_OVERHEAD_TOKENS` (counted with its first block).
 
@@ -28,6 +29,9 @@ from hango_worker.testing.fake_anthropic.validate import content_blocks
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD_TOKENS = 4
 TOOL_OVERHEAD_TOKENS = 4
+# a base64 image or PDF: a flat count, as the API counts pixels and pages, not characters
+IMAGE_TOKENS = 1600  # about a 1.15 megapixel image (width * height / 750)
+PDF_TOKENS = 3000  # a page of text and its image
 
 
 def _ceil_tokens(chars: int) -> int:
@@ -56,6 +60,12 @@ def block_chars(block: dict[str, Any]) -> int:
         return len(str(block.get("name", ""))) + len(raw)
     if kind == "thinking" and isinstance(block.get("thinking"), str):
         return len(block["thinking"])
+    source = block.get("source")
+    # a base64 image or PDF: the API's estimates, not the base64's length
+    if kind in ("image", "document") and isinstance(source, dict) and source.get("data"):
+        base64 = source.get("type") == "base64"
+        tokens = IMAGE_TOKENS if kind == "image" else PDF_TOKENS
+        return tokens * CHARS_PER_TOKEN if base64 else len(_canonical(block))
     return len(_canonical(block))
 
 
