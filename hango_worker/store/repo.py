@@ -201,24 +201,13 @@ async def enqueue_run(
     stored as `runs.input.params`. `content`: content blocks (images, documents,
     search results, …; docs/inputs-and-outputs.md) beside or instead of the text,
     checked against the SDK's types here and the API's limits in SQL."""
-    if session_id is not None:
-        try:
-            uuid.UUID(session_id)
-        except ValueError:
-            raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
-    if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-        raise ValueError(
-            f"an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters, "
-            f"got {len(idempotency_key)}"
-        )
+    _check_keys(session_id, idempotency_key)
     check_priority(priority)
     run_input: dict[str, Any] = {"text": input_text} if input_text else {}
     if content is not None:  # checked against the SDK's types first, for a precise line
         check_input_blocks(content)
         run_input["content"] = content
-    config = _run_config(limits, memory_key)
-    if params is not None:
-        config = {**(config or {}), "params": params}
+    config = _run_config(limits, memory_key, params)
     try:
         row = await db.fetchrow(
             producer_api.ENQUEUE,
@@ -249,7 +238,25 @@ def check_priority(priority: int) -> None:
         )
 
 
-def _run_config(limits: dict[str, Any] | None, memory_key: str | None) -> dict[str, Any] | None:
+def _check_keys(session_id: str | None, idempotency_key: str | None) -> None:
+    """A session id is a UUID; an idempotency key 1 to MAX_IDEMPOTENCY_KEY characters."""
+    if session_id is not None:
+        try:
+            uuid.UUID(session_id)
+        except ValueError:
+            raise NotFound(f"{session_id!r} is not a session id (a UUID)") from None
+    if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+        raise ValueError(
+            f"an idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY} characters, "
+            f"got {len(idempotency_key)}"
+        )
+
+
+def _run_config(
+    limits: dict[str, Any] | None,
+    memory_key: str | None,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """The producer's per-run settings (`config` of hango_api.enqueue), checked here
     first for a precise message; stored beside the text in `runs.input`."""
     config: dict[str, Any] = {}
@@ -258,6 +265,8 @@ def _run_config(limits: dict[str, Any] | None, memory_key: str | None) -> dict[s
     if memory_key is not None:
         _check_memory_key(memory_key)
         config["memory_key"] = memory_key
+    if params is not None:
+        config["params"] = params
     return config or None
 
 
