@@ -65,11 +65,13 @@ class Sizes:
     memory_delay_s: float
     # per-turn variants to run (`--variants`); empty: all of them
     per_turn_variants: tuple[str, ...] = ()
+    # per-turn `hango+attachment`: the bytes of the PDF its run input carries
+    attachment_bytes: int = 5_000_000
 
 
 FULL = Sizes("full", 500, 5, 2, 3000, (1, 2), 300, 200, 5, 200, 6.0)
 QUICK = Sizes("quick", 100, 2, 1, 500, (1, 2), 60, 100, 3, 200, 4.0)
-SMOKE = Sizes("smoke", 5, 1, 1, 5, (1,), 3, 5, 1, 5, 1.0)
+SMOKE = Sizes("smoke", 5, 1, 1, 5, (1,), 3, 5, 1, 5, 1.0, attachment_bytes=50_000)
 SIZES = {s.name: s for s in (FULL, QUICK, SMOKE)}
 
 # Turn windows reported for the per-turn benchmark (1-based, inclusive).

@@ -12,6 +12,7 @@ Table sizes are sampled at a few calls; the sampling time is subtracted.
 from __future__ import annotations
 
 import base64
+import os
 import random
 import statistics
 import string
@@ -247,13 +248,33 @@ class StampingProvider:
 # -- one hango run --------------------------------------------------------------------------
 
 
+# -- the attachment variant: the run's input carries a PDF (stored once, sent every turn) --
+
+
+def attachment(size: int) -> list[dict[str, Any]]:
+    """A one-page PDF of `size` bytes (incompressible padding) as the run's content."""
+    head = b"%PDF-1.7\n1 0 obj << /Type /Page >> endobj\n"
+    data = head + os.urandom(max(0, size - len(head)))
+    source = {"type": "base64", "media_type": "application/pdf"}
+    source["data"] = base64.b64encode(data).decode("ascii")
+    return [{"type": "document", "source": source, "title": "attachment.pdf"}]
+
+
 async def hango_run(
-    dsn: str, turns: int, *, todo: bool = False, compact: bool = False, thinking: bool = False
+    dsn: str,
+    turns: int,
+    *,
+    todo: bool = False,
+    compact: bool = False,
+    thinking: bool = False,
+    attach: int = 0,
 ) -> dict[str, Any]:
     """One `turns`-turn run through serve(); per-turn wall/CPU and bytes stored.
     `compact`: ~8 KB tool results and a window the run outgrows (the ladder at work).
     `thinking`: every response starts with a ~1.5 KB thinking block and its signature
-    (the agent has thinking on), so the history carries them all."""
+    (the agent has thinking on), so the history carries them all.
+    `attach`: the run's input carries a PDF of this many bytes (stored once by sha256,
+    its bytes put back in every request), beside the same text."""
     pool = await db.create_pool(dsn, min_size=1, max_size=2)
     conn = await asyncpg.connect(dsn)
     try:
@@ -272,7 +293,7 @@ async def hango_run(
         rungs_before = compactions()
         before = await relation_bytes(conn, HANGO_TABLES)
         live_before = await live_bytes(conn, HANGO_TABLES)
-        run_id = await enqueue_go(pool, name)
+        run_id = await enqueue_go(pool, name, attachment(attach) if attach else None)
         registry = Registry([BIG_STEP_TOOL if compact else STEP_TOOL])
         started = time.perf_counter()
         await drain(dsn, provider, registry, max_turns=turns + 10)

@@ -15,6 +15,7 @@ LABELS = {
     "hango+todo": "hango-worker, write_todos every 10th turn",
     "hango+compaction": "hango-worker, 8 KB tool results, 30k-token window (compaction)",
     "hango+thinking": "hango-worker, thinking on: a 1.5 KB thinking block + signature per response",
+    "hango+attachment": "hango-worker, a 5 MB PDF in the run's input, stored once",
     "langchain-sync": 'LangChain create_agent, durability="sync"',
     "langchain-sync+todo": 'LangChain + TodoListMiddleware, durability="sync"',
     "langchain-default": "LangChain create_agent, default durability (async)",
@@ -28,6 +29,16 @@ THINKING_NOTE = (
     "To run it alone, beside the plain row: `.venv-bench/bin/python -m bench.run --quick "
     "--only per_turn --variants hango,hango+thinking` (drop `--quick` for 500 turns; the "
     "results go to `bench/results/<date>.json`)."
+)
+
+
+ATTACHMENT_NOTE = (
+    "The attachment row (`hango+attachment`) plays the plain script with a 5 MB PDF in the "
+    "run's input (docs/inputs-and-outputs.md): its bytes are stored once and put back in "
+    "every request, never copied per turn, so its per-turn cost should stay within 10% "
+    "of the plain row's (the `hango+attachment/hango` ratios). To run it alone, beside the "
+    "plain row: `.venv-bench/bin/python -m bench.run --quick --only per_turn --variants "
+    "hango,hango+attachment`."
 )
 
 
@@ -200,6 +211,7 @@ def per_turn_section(r: dict[str, Any]) -> str:
     ]
     parts.append(_per_turn_ratios(pt))
     parts.append(THINKING_NOTE)
+    parts.append(ATTACHMENT_NOTE)
     if "langchain-default" in v and "lag_s" in v["langchain-default"]:
         lag = v["langchain-default"]["lag_s"]
         reps = v["langchain-default"]["reps"]
@@ -259,7 +271,8 @@ def _per_turn_ratios(pt: dict[str, Any]) -> str:
         "Ratios (medians; LangChain \u00f7 hango-worker: how much cheaper hango-worker is, "
         "bytes = table growth; hango-worker \u00f7 floor: how far a hango turn is from the "
         "least a durable turn can cost; hango+thinking \u00f7 hango: what thinking blocks in "
-        "the history cost a turn):\n\n" + table(["compared", "ratios"], rows)
+        "the history cost a turn; hango+attachment \u00f7 hango: what a 5 MB attachment "
+        "costs a turn):\n\n" + table(["compared", "ratios"], rows)
     )
 
 

@@ -61,7 +61,14 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
         from bench import lc_side
 
         await lc_side.setup(ldb)
-    variants = ["hango", "floor", "hango+todo", "hango+compaction", "hango+thinking"]
+    variants = [
+        "hango",
+        "floor",
+        "hango+todo",
+        "hango+compaction",
+        "hango+thinking",
+        "hango+attachment",
+    ]
     if langchain:
         variants = [
             "hango",
@@ -71,6 +78,7 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
             "langchain-sync+todo",
             "hango+compaction",
             "hango+thinking",
+            "hango+attachment",
         ]
     if sizes.per_turn_variants:  # `--variants`: only these (and no async LangChain row)
         variants = [v for v in variants if v in sizes.per_turn_variants]
@@ -78,13 +86,13 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
     runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     for rep in range(sizes.reps):
         for v in variants if rep % 2 == 0 else list(reversed(variants)):
-            runs[v].append(await _one_per_turn(v, hdb, ldb, sizes.turns))
+            runs[v].append(await _one_per_turn(v, hdb, ldb, sizes))
             log(f"per-turn {v} rep {rep + 1}: {runs[v][-1]['total_s']:.2f}s")
     if langchain:
         runs["langchain-default"] = []
         for rep in range(sizes.async_reps):
             runs["langchain-default"].append(
-                await _one_per_turn("langchain-default", hdb, ldb, sizes.turns)
+                await _one_per_turn("langchain-default", hdb, ldb, sizes)
             )
             log(f"per-turn langchain-default rep {rep + 1}")
     out = {v: per_turn.aggregate(r, sizes.turns) for v, r in runs.items()}
@@ -93,8 +101,8 @@ async def bench_per_turn(admin: str, sizes: Sizes, langchain: bool) -> dict[str,
     return {"turns": sizes.turns, "variants": out, "ratios": _per_turn_ratios(out, sizes.turns)}
 
 
-async def _one_per_turn(variant: str, hdb: str, ldb: str, turns: int) -> dict[str, Any]:
-    todo = variant.endswith("+todo")
+async def _one_per_turn(variant: str, hdb: str, ldb: str, sizes: Sizes) -> dict[str, Any]:
+    todo, turns = variant.endswith("+todo"), sizes.turns
     if variant == "floor":
         return await per_turn_floor.floor_run(hdb, turns)
     if variant.startswith("hango"):
@@ -104,6 +112,7 @@ async def _one_per_turn(variant: str, hdb: str, ldb: str, turns: int) -> dict[st
             todo=todo,
             compact=variant == "hango+compaction",
             thinking=variant == "hango+thinking",
+            attach=sizes.attachment_bytes if variant == "hango+attachment" else 0,
         )
     from bench import lc_side
 
@@ -133,6 +142,15 @@ def _per_turn_ratios(out: dict[str, Any], turns: int) -> dict[str, Any]:
             th["live_bytes_per_turn"]["median"], h["live_bytes_per_turn"]["median"]
         )
         ratios["hango+thinking/hango"] = r
+    h, at = out.get("hango"), out.get("hango+attachment")
+    if h and at:  # a 5 MB attachment in the run's input ÷ none: no per-turn copying
+        r = {}
+        for a, b in windows_for(turns):
+            k = f"{a}-{b}"
+            r[f"wall {k}"] = ratio(at["windows"][k]["median"], h["windows"][k]["median"])
+            r[f"cpu {k}"] = ratio(at["cpu_windows"][k]["median"], h["cpu_windows"][k]["median"])
+        r["mean"] = ratio(at["mean_turn_ms"]["median"], h["mean_turn_ms"]["median"])
+        ratios["hango+attachment/hango"] = r
     for suffix in ("", "+todo"):
         h, lc = out.get("hango" + suffix), out.get("langchain-sync" + suffix)
         if not h or not lc:

@@ -31,8 +31,15 @@ async def bench_agent(pool: asyncpg.Pool, tools: list[str], config: dict[str, An
     return name
 
 
-async def enqueue_go(pool: asyncpg.Pool, agent: str) -> str:
-    """Queue one run of `agent`; its id."""
+async def enqueue_go(
+    pool: asyncpg.Pool, agent: str, content: list[dict[str, Any]] | None = None
+) -> str:
+    """Queue one run of `agent` (with `content` blocks beside its text); its id."""
+    if content is not None:
+        r = await repo.enqueue_run(
+            pool, tenant_id=repo.DEFAULT_TENANT_ID, agent=agent, input_text="go", content=content
+        )
+        return str(r.run_id)
     ids = await repo.enqueue(pool, tenant_id=repo.DEFAULT_TENANT_ID, agent=agent, input_text="go")
     return str(ids["run_id"])
 

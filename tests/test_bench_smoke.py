@@ -37,7 +37,8 @@ def check_per_turn(pt: dict[str, Any]) -> None:
         k: pt["variants"][k]["live_bytes_per_turn"]["median"] for k in ("hango", "hango+thinking")
     }
     assert live["hango+thinking"] > live["hango"] + 500, live  # its thinking blocks are stored
-    for key in ("hango", "hango+todo", "hango+compaction", "hango+thinking"):
+    assert set(pt["ratios"]["hango+attachment/hango"]) >= {"mean"}
+    for key in ("hango", "hango+todo", "hango+compaction", "hango+thinking", "hango+attachment"):
         v = pt["variants"][key]
         assert len(v["series_ms"]) == SMOKE.turns and all(map(positive, v["series_ms"]))
         assert list(v["windows"]) == [f"{a}-{b}" for a, b in windows_for(SMOKE.turns)]

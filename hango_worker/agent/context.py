@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hango_worker.provider import media_tokens
 from hango_worker.provider.types import (
     Block,
     Message,
@@ -64,27 +65,40 @@ def context_window(model: str, override: int | None = None) -> int:
     return DEFAULT_CONTEXT_WINDOW
 
 
-# An image or a PDF in a tool result counts as the characters of the tokens the API
-# counts for it (an image of about 1.15 megapixels: 1600 tokens; a PDF page: about
-# 3000), not as the characters of its base64.
-IMAGE_CHARS = int(1600 * DEFAULT_CHARS_PER_TOKEN)
-DOCUMENT_CHARS = int(3000 * DEFAULT_CHARS_PER_TOKEN)
+# An image or a PDF counts as the characters of the tokens the API documents for it
+# (provider/media_tokens.py: by an image's dimensions, a PDF's pages), never as the
+# characters of its base64.
 
 
-def media_chars(blocks: list[dict[str, Any]]) -> int:
-    kinds = [b.get("type") for b in blocks if isinstance(b, dict)]
-    return kinds.count("image") * IMAGE_CHARS + kinds.count("document") * DOCUMENT_CHARS
+def _media_chars(block: dict[str, Any], sent: dict[str, Any] | None = None) -> int | None:
+    n = media_tokens.block_tokens(block, sent)
+    return None if n is None else int(n * DEFAULT_CHARS_PER_TOKEN)
+
+
+def media_chars(blocks: list[dict[str, Any]], sent: list[dict[str, Any]] | None = None) -> int:
+    """The characters the image and document blocks of `blocks` count as (`sent`: the
+    same blocks with the bytes of those stored by reference)."""
+    total = 0
+    for i, b in enumerate(blocks):
+        if isinstance(b, dict) and b.get("type") in ("image", "document"):
+            wire = sent[i] if sent is not None and i < len(sent) else None
+            total += _media_chars(b, wire if isinstance(wire, dict) else None) or 0
+    return total
 
 
 def block_chars(b: Block) -> int:
     if isinstance(b, TextBlock):
         return len(b.text)
     if isinstance(b, ToolResultBlock):
-        return len(b.content) + (media_chars(b.blocks) if b.blocks else 0)
+        return len(b.content) + (media_chars(b.blocks, b.wire) if b.blocks else 0)
     if isinstance(b, ToolUseBlock):
         return len(b.name) + len(json.dumps(b.input, separators=(",", ":")))
     if isinstance(b, ThinkingBlock):
         return len(b.thinking) + len(b.signature)
+    if b.data.get("type") in ("image", "document"):  # run input: not its base64
+        n = _media_chars(b.data, b.wire)
+        if n is not None:
+            return n
     return len(compact_json(b.data))  # a RawBlock: its JSON (a stored block: its reference)
 
 

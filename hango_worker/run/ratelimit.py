@@ -31,7 +31,8 @@ import asyncpg
 from opentelemetry import trace
 
 from hango_worker.agent.middleware import ModelResponse
-from hango_worker.provider.types import ModelError, Request
+from hango_worker.provider import media_tokens
+from hango_worker.provider.types import Block, ModelError, RawBlock, Request, ToolResultBlock
 from hango_worker.store import sql
 from hango_worker.telemetry import metrics
 from hango_worker.vocab import ErrorType
@@ -51,13 +52,28 @@ def key_for(template: str, model: str) -> str:
 
 
 def estimate_tokens(request: Request) -> int:
-    """A rough count of a request's input tokens (characters / 4), for the first call."""
-    chars = sum(len(b.text) for b in request.system)
+    """A rough count of a request's input tokens (characters / 4, images and PDFs as
+    the API documents them: provider/media_tokens.py), for the first call."""
+    chars, media = sum(len(b.text) for b in request.system), 0
     for m in request.messages:
         for b in m.content:
             chars += len(getattr(b, "text", "") or "") + len(str(getattr(b, "input", "") or ""))
             chars += len(str(getattr(b, "content", "") or ""))
-    return max(1, chars // CHARS_PER_TOKEN)
+            media += _media_tokens(b)
+    return max(1, chars // CHARS_PER_TOKEN + media)
+
+
+def _media_tokens(b: Block) -> int:
+    if type(b) is RawBlock:
+        return media_tokens.block_tokens(b.data, b.wire) or 0
+    if type(b) is ToolResultBlock and b.blocks:
+        sent = b.wire or b.blocks
+        return sum(
+            media_tokens.block_tokens(part, sent[i] if i < len(sent) else None) or 0
+            for i, part in enumerate(b.blocks)
+            if isinstance(part, dict)
+        )
+    return 0
 
 
 def _header_float(headers: dict[str, str] | None, name: str) -> float | None:
