@@ -111,6 +111,24 @@ async def test_a_grant_holds_the_worst_case_on_every_budget_and_settling_charges
     assert await _levels(pool) == [(pytest.approx(ACTUAL + worst), pytest.approx(0, abs=1e-12))] * 2
 
 
+async def test_a_response_with_an_unpriced_unit_is_charged_its_hold_never_zero(
+    pool: asyncpg.Pool,
+) -> None:
+    await make_agent(pool)
+    aid = await _agent_id(pool)
+    worst = worst_case_usd(TABLE, _request())
+    assert worst is not None
+    await budgets.set_budget(pool, T, None, "day", 10 * worst)
+    gate = _gate(pool, aid, "00000000-0000-4000-8000-000000000002")
+    hold = await gate.reserve(_request())
+    assert isinstance(hold, Hold)
+    usage = Usage(**USAGE, service_tier="priority")  # no default price: the cost is unknown
+    assert TABLE.cost("claude-test", usage) is None
+    resp = Response(Message("assistant", [TextBlock("x")]), StopReason.END_TURN, usage)
+    await gate.settle(hold, _request(), resp)
+    assert await _levels(pool) == [(pytest.approx(worst), pytest.approx(0, abs=1e-12))]
+
+
 async def test_a_fail_budget_fails_the_run_and_an_unpriced_model_cannot_be_budgeted(
     pool: asyncpg.Pool, dsn: str, spans: SpanReader
 ) -> None:

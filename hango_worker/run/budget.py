@@ -185,7 +185,9 @@ class RunBudgetGate:
     ) -> None:
         assert isinstance(hold, Hold)
         if response is not None:
-            cost = self.prices.cost(request.model, response.usage) or 0.0
+            cost = self.prices.cost(request.model, response.usage)
+            if cost is None:  # a unit without a price (a priority tier, …): the worst case
+                cost = hold.amount_usd  # is charged, never 0 (docs/operations.md)
         else:
             cost = hold.amount_usd if interrupted else 0.0
         try:
