@@ -20,12 +20,13 @@ import asyncio
 import os
 from logging.config import fileConfig
 
+import asyncpg
 from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from hango_worker.config import ConfigError, load_secret_files
+from hango_worker.config import ConfigError, asyncpg_dsn, load_secret_files
 from hango_worker.store.cluster import GRANTS_SQL
 from hango_worker.store.migrate import (
     compat_comment_sql,
@@ -74,7 +75,18 @@ def _run(connection: Connection) -> None:
 
 
 async def _main(url: str) -> None:
-    engine = create_async_engine(url, poolclass=pool.NullPool)
+    # asyncpg reads the URL's parameters itself (sslmode, sslrootcert, host=/socket, …):
+    # SQLAlchemy would pass them as keyword arguments asyncpg does not take
+    # (docs/operations.md "Database URLs")
+    try:
+        dsn = asyncpg_dsn(url)
+    except ValueError as e:
+        raise SystemExit(f"configuration error: the database URL is not valid: {e}") from None
+    engine = create_async_engine(
+        "postgresql+asyncpg://",
+        async_creator=lambda: asyncpg.connect(dsn),
+        poolclass=pool.NullPool,
+    )
     try:
         async with engine.connect() as conn:
             await conn.run_sync(_run)

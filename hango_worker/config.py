@@ -15,7 +15,7 @@ import uuid
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -124,13 +124,7 @@ class Settings(BaseSettings):
     def _url(cls, v: str | None) -> str | None:
         if v is None or v == "":
             return None
-        if not v.startswith(("postgresql://", "postgres://", "postgresql+asyncpg://")):
-            raise ValueError("must start with postgresql://")
-        try:  # read as the driver reads it: host (IPv6 in brackets) and port
-            parts = urlsplit(v)
-            parts.port  # noqa: B018 - raises ValueError for a port that is not one
-        except ValueError as e:
-            raise ValueError(f"is not a URL ({e}), e.g. postgresql://user@[::1]:5432/db") from None
+        asyncpg_dsn(v)  # the parameters too (sslmode, sslrootcert, …), before anything connects
         return v
 
     @field_validator("console_tokens")
@@ -171,6 +165,43 @@ class Settings(BaseSettings):
 
     def effective_worker_id(self) -> str:
         return self.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+# Database URLs as users write them (libpq style). `asyncpg_dsn` serves every path that
+# connects: the worker's pool and one-off connections (store/db.py), `hango-worker migrate`
+# (alembic/env.py hands SQLAlchemy a connection asyncpg opened from this DSN, because
+# SQLAlchemy passes query parameters such as `sslmode` to asyncpg as keyword arguments it
+# does not take) and the validation of HANGO_DATABASE_URL above, so a bad parameter is a
+# configuration error (one line, exit 2). docs/operations.md "Database URLs".
+DB_SCHEMES = ("postgresql://", "postgres://", "postgresql+asyncpg://")
+DB_URL_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "target_session_attrs": (
+        *("any", "primary", "standby", "prefer-standby", "read-write", "read-only"),
+    ),
+}
+DB_URL_FILES = ("sslrootcert", "sslcert", "sslkey")
+
+
+def asyncpg_dsn(url: str) -> str:
+    """`url` as asyncpg.connect takes it (postgresql://…, the query kept as written),
+    or ValueError with one line saying what is wrong (never the password)."""
+    scheme = next((s for s in DB_SCHEMES if url.startswith(s)), None)
+    if scheme is None:
+        raise ValueError("must start with postgresql://")
+    dsn = "postgresql://" + url[len(scheme) :]
+    try:  # read as the driver reads it: host (IPv6 in brackets) and port
+        parts = urlsplit(dsn)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError as e:
+        raise ValueError(f"is not a URL ({e}), e.g. postgresql://user@[::1]:5432/db") from None
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        allowed = DB_URL_CHOICES.get(name)
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        if name in DB_URL_FILES and not os.path.isfile(value):
+            raise ValueError(f"{name}={value!r}: no such file")
+    return dsn
 
 
 def _without_password(url: str) -> str:

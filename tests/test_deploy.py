@@ -306,6 +306,7 @@ def test_dashboard_covers_what_the_operator_needs() -> None:
         "hango_lease_reclaims_total",
         "hango_model_failures_total",
         "hango_model_retries_total",
+        "hango_model_sdk_retries_total",
         "hango_worker_slots",
         "hango_build_info",
         "hango_compactions_total",
@@ -350,11 +351,54 @@ def test_grafana_datasources_and_dashboard_agree() -> None:
         if p["type"] == "row":
             continue
         refs = [p["datasource"], *(t.get("datasource", p["datasource"]) for t in p["targets"])]
-        for ref in refs:
-            assert sources.get(ref["uid"]) == ref["type"], (p["title"], ref)
+        for ref in refs:  # a variable whose default is a provisioned source of that type
+            assert sources.get(datasource_variables(d)[ref["uid"]]) == ref["type"], (p, ref)
         grid = p["gridPos"]
         assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, p["title"]
         assert p["targets"], p["title"]
+
+
+def datasource_variables(d: dict[str, Any]) -> dict[str, str]:
+    """`${name}` → the default uid, for each datasource variable of the dashboard."""
+    return {
+        f"${{{v['name']}}}": v["current"]["value"]
+        for v in d["templating"]["list"]
+        if v["type"] == "datasource"
+    }
+
+
+def test_no_panel_hard_codes_a_datasource_uid() -> None:
+    """Every panel and query names its data source through a datasource variable
+    (`${datasource}` for Prometheus, `${tempo}` for Tempo), so the dashboard imports into
+    any Grafana; and every query has a type, so the metric checks above see them all."""
+    d = dashboard()
+    variables = {v["name"]: v for v in d["templating"]["list"] if v["type"] == "datasource"}
+    assert {name: v["query"] for name, v in variables.items()} == {
+        "datasource": "prometheus",
+        "tempo": "tempo",
+    }
+    by_type = {v["query"]: f"${{{name}}}" for name, v in variables.items()}
+    seen = set()
+    for p in all_panels(d["panels"]):
+        if p["type"] == "row":
+            continue
+        for ref in [p["datasource"], *(t.get("datasource", p["datasource"]) for t in p["targets"])]:
+            assert ref["type"] in by_type, (p["title"], ref)
+            assert ref["uid"] == by_type[ref["type"]], f"{p['title']}: hard-coded uid {ref}"
+            seen.add(ref["type"])
+    assert seen == {"prometheus", "tempo"}
+    hard = re.findall(r'"uid":\s*"(prometheus|tempo)"', DASHBOARD.read_text(encoding="utf-8"))
+    assert not hard, f"hard-coded datasource uids left: {hard}"
+
+
+def test_model_errors_panel_shows_the_sdks_own_retries() -> None:
+    (panel,) = [
+        p for p in all_panels(dashboard()["panels"]) if p["title"] == "Model errors and retries"
+    ]
+    exprs = " ".join(t["expr"] for t in panel["targets"])
+    for name in ("hango_model_failures_total", "hango_model_retries_total"):
+        assert name in exprs, name
+    assert "rate(hango_model_sdk_retries_total[$__rate_interval])" in exprs
 
 
 def test_dashboard_has_a_tempo_panel_to_open_runs() -> None:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import asyncpg
 
+from hango_worker.config import asyncpg_dsn
+
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -45,7 +47,7 @@ async def create_pool(
     server_settings: dict[str, str] | None = None,
 ) -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        _asyncpg_dsn(dsn),
+        asyncpg_dsn(dsn),
         min_size=min_size,
         max_size=max_size,
         init=_init,
@@ -56,15 +58,9 @@ async def create_pool(
 
 
 async def connect(dsn: str) -> asyncpg.Connection:
-    conn = await asyncpg.connect(_asyncpg_dsn(dsn))
+    conn = await asyncpg.connect(asyncpg_dsn(dsn))
     await _init(conn)
     return conn
-
-
-def _asyncpg_dsn(dsn: str) -> str:
-    if dsn.startswith("postgresql+asyncpg://"):
-        return "postgresql://" + dsn[len("postgresql+asyncpg://") :]
-    return dsn
 
 
 def redact(dsn: str) -> str:
@@ -84,6 +80,13 @@ def describe_connect_error(dsn: str, err: BaseException) -> str:
         return (
             f"database unavailable: {err} (at {where}): create it (e.g. `createdb`) "
             "or fix the database name in HANGO_DATABASE_URL"
+        )
+    if isinstance(err, asyncpg.InvalidAuthorizationSpecificationError) and "no encryption" in str(
+        err
+    ):
+        return (
+            f"database unavailable: {where} requires TLS ({err}): "
+            "set sslmode=require (or verify-full) in HANGO_DATABASE_URL"
         )
     if isinstance(
         err, asyncpg.InvalidPasswordError | asyncpg.InvalidAuthorizationSpecificationError
