@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock test-browser test-stress prometheusrule
+.PHONY: demo test lint typecheck unit chaos bench clean test-deploy lock test-browser test-stress test-tls prometheusrule
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy hango_worker
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q -x -p no:cacheprovider --ignore=tests/browser --durations=25
+	$(BIN)/python -m pytest -q -x -p no:cacheprovider --ignore=tests/browser --ignore=tests/tls --durations=25
 
 test: lint typecheck unit
 
@@ -75,6 +75,22 @@ test-browser: $(STAMP)
 	fi
 	@test -x "$(CHROMIUM)" || { echo "test-browser: $(CHROMIUM) is still missing" >&2; exit 1; }
 	HANGO_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -p no:cacheprovider tests/browser
+
+# Database URLs against a real PostgreSQL that requires TLS (tests/tls): the embedded
+# server is built without TLS, so this needs a PostgreSQL built with OpenSSL and the
+# `openssl` command; Debian's packages are installed here when missing (needs root).
+test-tls: $(STAMP)
+	@if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || ! command -v openssl >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing Debian's postgresql and openssl packages for the TLS tests"; \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y -q --no-install-recommends postgresql openssl; \
+		else \
+			echo "test-tls: needs a PostgreSQL built with OpenSSL and openssl (Debian: apt-get install postgresql openssl)" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/tls
 
 # constraints.txt: every runtime dependency pinned (the image installs with it). Refresh
 # after changing dependencies in pyproject.toml: a fresh venv, the package and its
