@@ -62,4 +62,8 @@ async def test_three_workers_never_run_more_than_a_tenants_max_running(
         "WHERE r.tenant_id = $1 AND e.type = 'run_started'",
         limited,
     )
-    assert workers >= 2, "the limited tenant's runs should be spread over the workers"
+    # Which worker claims a run is not promised: the worker that just finished one is
+    # often first to claim the next, and once one worker took every limited run (seen
+    # on an idle machine). The count is printed, not asserted; the fleet-wide bound is
+    # the sampled maximum above. Making the spread deterministic is an open task.
+    print(f"limited tenant's runs started by {workers} worker(s)")
