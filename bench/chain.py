@@ -1,6 +1,6 @@
 """Benchmark 4: what the middleware chain costs per model call and per tool call.
 
-In process, no database (testing/memory.py's MemoryRunIO): the real AgentLoop
+In process, no database (testing/inmem.py's MemoryRunIO): the real AgentLoop
 with the empty stack or the default stack, tracing off (no SDK provider: the
 API's no-op tracer) or on (SDK TracerProvider + BatchSpanProcessor + an
 exporter that drops spans), at a history of about 10 or 1,000 messages. The
@@ -44,7 +44,7 @@ from hango_worker.provider.types import (
     Usage,
 )
 from hango_worker.telemetry.setup import setup_tracing
-from hango_worker.testing.memory import MemoryRunIO, make_state
+from hango_worker.testing.inmem import MemoryRunIO, make_state
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 

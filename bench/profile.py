@@ -28,7 +28,7 @@ from bench import chain, per_turn
 from bench.common import Sizes, create_database, drop_database, have, log, summarize
 from hango_worker import service
 from hango_worker.agent import chain as product_chain
-from hango_worker.agent import mw_repeat
+from hango_worker.agent.middlewares import repeat as mw_repeat
 from hango_worker.config import load_settings
 from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.service import serve

@@ -395,7 +395,7 @@ def chain_section(r: dict[str, Any]) -> str:
     names = ", ".join(ch["middlewares"])
     return (
         "## 4. Chain overhead (in process, no database)\n\n"
-        "The real `AgentLoop` on `testing/memory.py`'s `MemoryRunIO`, a model and a tool "
+        "The real `AgentLoop` on `testing/inmem.py`'s `MemoryRunIO`, a model and a tool "
         "that answer at once; their own time is subtracted. *model call*: "
         "`chain.model_call` (wrappers + base handler: system assembly, chat span, metrics, "
         "cancel race). *tool call*: tool span + `chain.tool_call`. *turn*: everything "

@@ -70,7 +70,7 @@ PROFILES = {
     ),
     # the one way to stop early and the human in the loop: pure logic, fast tests
     "limits": Profile(
-        only_mutate=("hango_worker/agent/limits.py", "hango_worker/agent/mw_hitl.py"),
+        only_mutate=("hango_worker/agent/limits.py", "hango_worker/agent/middlewares/hitl.py"),
         tests=("tests/test_limits.py", "tests/test_hitl.py"),
         database=True,
     ),

@@ -22,7 +22,7 @@ import asyncpg
 import pytest
 
 from hango_worker import demo
-from hango_worker.agent.mw_repair import INTERRUPTED
+from hango_worker.agent.middlewares.repair import INTERRUPTED
 from hango_worker.config import Settings
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.provider.scripted import ScriptedProvider, load_script

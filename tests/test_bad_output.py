@@ -36,7 +36,7 @@ from hango_worker.render import LiveView, Painter
 from hango_worker.service import serve
 from hango_worker.store import repo
 from hango_worker.testing.fake_anthropic import FakeAnthropic
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.inmem import run_agent
 from hango_worker.tool.registry import Registry, ToolLoadError
 from hango_worker.tool.types import Tool, ToolContext
 from hango_worker.watch import watch

@@ -24,7 +24,7 @@ from hango_worker.provider.types import (
     ToolResultBlock,
 )
 from hango_worker.telemetry.tracing import middleware_event
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.inmem import run_agent
 from hango_worker.tool.types import ToolResult
 from tests.helpers import agent, call, recording_tool, scripted
 

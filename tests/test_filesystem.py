@@ -22,7 +22,7 @@ from hango_worker.run.io import Claim, PgRunIO
 from hango_worker.store import sql
 from hango_worker.store.gc import gc
 from hango_worker.testing.chaos_tools import big_text, ensure_table
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.inmem import run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import agent, call, scripted
 from tests.procs import kill_worker, start_worker, stop_worker, wait_all_finished, worker_env
@@ -393,8 +393,8 @@ async def _tool_results(pool: asyncpg.Pool, run_id: str) -> dict[str, str]:
 
 
 async def test_reads_see_writes_still_in_the_outbox() -> None:
-    from hango_worker.agent.mw_filesystem import Filesystem
-    from hango_worker.testing.memory import MemoryRunIO
+    from hango_worker.agent.middlewares.filesystem import Filesystem
+    from hango_worker.testing.inmem import MemoryRunIO
 
     store = MemoryRunIO()
     store.files["/p"] = FileWrite("/p", "stored", 6, "t0")

@@ -12,7 +12,7 @@ import pytest
 
 from hango_worker.client import Client
 from hango_worker.store import fork, repo
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.inmem import run_agent
 from tests.helpers import agent, call, scripted
 from tests.test_cli import cli
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle

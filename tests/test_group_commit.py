@@ -313,7 +313,7 @@ async def test_checkpoints_of_a_batch_share_one_statement_each_run_getting_its_o
     assert done == [claims[1].run_id]
     outputs = "SELECT output::text FROM runs WHERE id = ANY($1::uuid[]) ORDER BY id"
     ids = sorted(x.run_id for x in claims)
-    want = {claims[1].run_id: '[{"n": 1}]'}  # a structured answer (agent/mw_output.py)
+    want = {claims[1].run_id: '[{"n": 1}]'}  # a structured answer (agent/middlewares/output.py)
     assert [r[0] for r in await pool.fetch(outputs, ids)] == [want.get(i) for i in ids]
 
 

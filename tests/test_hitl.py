@@ -1,4 +1,4 @@
-"""A person in the loop (agent/mw_hitl.py, agent/batch.py): a call that needs approval
+"""A person in the loop (agent/middlewares/hitl.py, agent/batch.py): a call that needs approval
 suspends the run before it executes; the decision decides what runs, exactly once."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from hango_worker.agent.loop import RunInfo
-from hango_worker.agent.mw_hitl import DecisionRecord
+from hango_worker.agent.middlewares.hitl import DecisionRecord
 from hango_worker.agent.state import State
 from hango_worker.provider.types import ToolResultBlock
-from hango_worker.testing.memory import MemoryRunIO, run_agent
+from hango_worker.testing.inmem import MemoryRunIO, run_agent
 from hango_worker.vocab import Decision
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
@@ -206,7 +206,7 @@ async def test_a_second_approval_in_the_resumed_batch_writes_no_history_again() 
 
 
 def test_a_rule_matches_named_arguments_by_regex_and_json_for_non_strings() -> None:
-    from hango_worker.agent.mw_hitl import ApprovalRule
+    from hango_worker.agent.middlewares.hitl import ApprovalRule
 
     rule = ApprovalRule(tool="deploy", when={"env": "^prod$", "replicas": "^[0-9]{2,}$"})
     assert rule.matches("deploy", {"env": "prod", "replicas": 12})

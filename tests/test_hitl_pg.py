@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
-from hango_worker.agent.mw_repair import INTERRUPTED
+from hango_worker.agent.middlewares.repair import INTERRUPTED
 from hango_worker.run.execute import RunDeps
 from hango_worker.run.worker import Worker
 from hango_worker.store import decisions, repo

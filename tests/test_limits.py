@@ -17,7 +17,7 @@ from hango_worker.cli.show import showable
 from hango_worker.provider.types import Request, Response, TextSink, ToolResultBlock
 from hango_worker.render import Painter, print_run
 from hango_worker.store import repo
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.inmem import run_agent
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
 from tests.test_loop import STACKS

@@ -33,7 +33,7 @@ from hango_worker.provider.types import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from hango_worker.testing.memory import MemoryRunIO, make_state, run_agent
+from hango_worker.testing.inmem import MemoryRunIO, make_state, run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
@@ -438,7 +438,7 @@ async def test_the_invoke_agent_span_names_the_run_and_marks_failures(spans: Any
 async def test_an_interrupted_batch_reuses_results_reruns_idempotent_tools_repairs_the_rest(
     spans: Any,
 ) -> None:
-    from hango_worker.agent.mw_repair import INTERRUPTED
+    from hango_worker.agent.middlewares.repair import INTERRUPTED
 
     once, once_calls = recording_tool("once")  # not idempotent
     again, again_calls = recording_tool("again", idempotent=True)

@@ -14,13 +14,13 @@ from typing import Any
 import asyncpg
 from prometheus_client import REGISTRY
 
-from hango_worker.agent.mw_memory import FENCED, Memory, MemoryBinding
+from hango_worker.agent.middlewares.memory import FENCED, Memory, MemoryBinding
 from hango_worker.agent.ports import MemoryScope
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.run.io import Claim, PgRunIO
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.store import repo, sql
-from hango_worker.testing.memory import InMemoryMemoryStore, make_state, run_agent
+from hango_worker.testing.inmem import InMemoryMemoryStore, make_state, run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import agent, call, scripted
 from tests.test_chain import CapturingProvider

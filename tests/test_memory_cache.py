@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from hango_worker.agent.middleware import Middleware
-from hango_worker.agent.mw_memory import MemoryBinding
+from hango_worker.agent.middlewares.memory import MemoryBinding
 from hango_worker.agent.ports import MemoryScope
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.testing import FakeAnthropic
@@ -31,7 +31,7 @@ from hango_worker.testing.cache_run import (
 )
 from hango_worker.testing.fake_anthropic.cache import PromptCache as FakeCache
 from hango_worker.testing.fake_anthropic.tokens import segments
-from hango_worker.testing.memory import InMemoryMemoryStore, MemoryRunIO
+from hango_worker.testing.inmem import InMemoryMemoryStore, MemoryRunIO
 from tests.helpers import call
 
 SCOPE = MemoryScope("tenant-1", "agent-cache", "agent")

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from hango_worker import vocab
 from hango_worker.telemetry import metrics
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.inmem import run_agent
 from tests.helpers import agent, scripted
 from tests.worker_helpers import enqueue, make_agent, run_until_idle
 

@@ -8,12 +8,12 @@ import pytest
 
 from hango_worker.agent.loop import RunInfo
 from hango_worker.agent.middleware import ModelHandler, ModelRequest, ModelResponse
-from hango_worker.agent.mw_repair import INTERRUPTED, dangling_tool_uses
-from hango_worker.agent.mw_repeat import call_key, fnv1a64
-from hango_worker.agent.mw_todo import TOOL_NAME
+from hango_worker.agent.middlewares.repair import INTERRUPTED, dangling_tool_uses
+from hango_worker.agent.middlewares.repeat import call_key, fnv1a64
+from hango_worker.agent.middlewares.todo import TOOL_NAME
 from hango_worker.agent.state import Todo, dump_state, load_state
 from hango_worker.provider.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from hango_worker.testing.memory import make_state, run_agent
+from hango_worker.testing.inmem import make_state, run_agent
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
 
@@ -245,8 +245,8 @@ async def test_two_write_todos_in_one_response_are_both_rejected() -> None:
 
 
 def test_write_todos_description_carries_the_policy() -> None:
-    from hango_worker.agent.mw_todo import DESCRIPTION
-    from hango_worker.agent.mw_todo import Todo as TodoMiddleware
+    from hango_worker.agent.middlewares.todo import DESCRIPTION
+    from hango_worker.agent.middlewares.todo import Todo as TodoMiddleware
 
     st = make_state(agent())
     (tool,) = TodoMiddleware().provide_tools(st)
@@ -387,7 +387,7 @@ async def test_a_repair_is_recorded_on_its_before_run_span(spans: Any) -> None:
 
 
 def test_repair_fills_gaps_in_the_middle_of_history_in_place() -> None:
-    from hango_worker.agent.mw_repair import repair
+    from hango_worker.agent.middlewares.repair import repair
 
     msgs = [
         Message("user", [TextBlock("q")]),
@@ -406,7 +406,7 @@ def test_repair_fills_gaps_in_the_middle_of_history_in_place() -> None:
 
 
 async def test_repeat_state_stays_bounded_and_keeps_recent_calls() -> None:
-    from hango_worker.agent.mw_repeat import MAX_TRACKED, RepeatState
+    from hango_worker.agent.middlewares.repeat import MAX_TRACKED, RepeatState
     from hango_worker.agent.state import load_private
 
     tool, calls = recording_tool()
@@ -423,7 +423,7 @@ async def test_repeat_state_stays_bounded_and_keeps_recent_calls() -> None:
 
 async def test_repeat_window_order_survives_a_jsonb_round_trip(pool: Any) -> None:
     """jsonb reorders object keys; the window must still forget the oldest call."""
-    from hango_worker.agent.mw_repeat import MAX_TRACKED, RepeatState
+    from hango_worker.agent.middlewares.repeat import MAX_TRACKED, RepeatState
 
     st = RepeatState()
     for i in range(MAX_TRACKED):

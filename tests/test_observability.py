@@ -322,7 +322,7 @@ async def test_a_resumed_run_stays_in_one_trace_linked_to_its_previous_attempt(
 
 
 async def test_capture_content_is_opt_in(spans: Any) -> None:
-    from hango_worker.testing.memory import run_agent
+    from hango_worker.testing.inmem import run_agent
     from tests.helpers import agent
 
     provider = scripted(

@@ -15,11 +15,11 @@ from prometheus_client import REGISTRY
 
 from hango_worker.agent.loop import RunInfo
 from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
-from hango_worker.agent.mw_repeat import RepeatCall, RepeatState, call_key
+from hango_worker.agent.middlewares.repeat import RepeatCall, RepeatState, call_key
 from hango_worker.agent.spec import AgentConfig, AgentSpec, AgentSpecError
 from hango_worker.agent.state import dump_state
 from hango_worker.provider.types import ToolResultBlock
-from hango_worker.testing.memory import MemoryRunIO, make_state, run_agent
+from hango_worker.testing.inmem import MemoryRunIO, make_state, run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import agent, call, scripted
 
@@ -344,10 +344,10 @@ def test_max_parallel_tools_is_validated_with_a_clear_error() -> None:
 
 
 def test_tools_that_change_run_state_are_sequential_and_readers_are_not() -> None:
-    from hango_worker.agent.mw_filesystem import Filesystem
-    from hango_worker.agent.mw_subagent import Subagent
-    from hango_worker.agent.mw_todo import Todo
-    from hango_worker.testing.memory import make_state
+    from hango_worker.agent.middlewares.filesystem import Filesystem
+    from hango_worker.agent.middlewares.subagent import Subagent
+    from hango_worker.agent.middlewares.todo import Todo
+    from hango_worker.testing.inmem import make_state
     from hango_worker.tool.registry import Registry
 
     state = make_state(agent())

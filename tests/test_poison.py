@@ -306,7 +306,7 @@ async def test_a_pending_cancel_reruns_nothing_on_resume() -> None:
     interrupted batch's idempotent tools (in memory: the loop's resume step)."""
     from hango_worker.agent.loop import RunInfo
     from hango_worker.provider.types import Message, TextBlock, ToolUseBlock
-    from hango_worker.testing.memory import MemoryRunIO, make_state, run_agent
+    from hango_worker.testing.inmem import MemoryRunIO, make_state, run_agent
     from tests.helpers import agent
 
     tool, calls = recording_tool(idempotent=True)

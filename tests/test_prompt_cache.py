@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
 from hango_worker.agent.middleware import Middleware, ModelHandler, ModelRequest, ModelResponse
-from hango_worker.agent.mw_prompt_cache import EVENT, PromptCache
+from hango_worker.agent.middlewares.prompt_cache import EVENT, PromptCache
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentConfig, AgentSpec
 from hango_worker.agent.state import State
@@ -41,7 +41,7 @@ from hango_worker.testing.cache_run import (
     shares,
 )
 from hango_worker.testing.fake_anthropic import ApiError, validate_request
-from hango_worker.testing.memory import MemoryRunIO, run_agent
+from hango_worker.testing.inmem import MemoryRunIO, run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import call, scripted
 from tests.worker_helpers import details, enqueue, run_until_idle

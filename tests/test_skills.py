@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
 from hango_worker.store import repo
 from hango_worker.store import skills as sk
-from hango_worker.testing.memory import InMemorySkillStore, run_agent
+from hango_worker.testing.inmem import InMemorySkillStore, run_agent
 from tests.helpers import agent, call, scripted
 from tests.test_chain import CapturingProvider
 from tests.test_cli import cli

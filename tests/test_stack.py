@@ -8,7 +8,7 @@ import asyncpg
 
 from hango_worker.agent.chain import Chain
 from hango_worker.agent.stack import StackConfig, default_stack
-from hango_worker.testing.memory import InMemorySkillStore, run_agent
+from hango_worker.testing.inmem import InMemorySkillStore, run_agent
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle

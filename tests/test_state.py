@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 from pydantic import BaseModel, Field
 
-from hango_worker.agent.mw_repeat import RepeatState
+from hango_worker.agent.middlewares.repeat import RepeatState
 from hango_worker.agent.state import (
     State,
     StateError,

@@ -1,4 +1,4 @@
-"""Subagents as durable child runs (agent/mw_subagent.py): a `task` call enqueues a
+"""Subagents as durable child runs (agent/middlewares/subagent.py): a `task` call enqueues a
 child run, the parent waits holding nothing, and resumes with the answers in order."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from hango_worker.store import repo
-from hango_worker.testing.memory import run_agent
+from hango_worker.testing.inmem import run_agent
 from hango_worker.tool.builtins import CALCULATOR
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.conftest import SpanReader

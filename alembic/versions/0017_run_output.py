@@ -4,7 +4,7 @@ Revision ID: 0017_run_output
 Revises: 0016_content_blobs
 
 - runs.output (jsonb, NULL): the final answer of a run whose agent has an
-  `output_schema`, parsed and validated (agent/mw_output.py; docs/structured-output.md),
+  `output_schema`, parsed and validated (agent/middlewares/output.py; docs/structured-output.md),
   written by the checkpoint that ends the run.
 - hango_api.runs gains the column `output` at its end (docs/producers.md: within
   version 1 the view only grows at its end; CREATE OR REPLACE VIEW keeps its grants).

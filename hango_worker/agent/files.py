@@ -1,6 +1,6 @@
 """Run files as the agent sees them: paths, pages of numbered lines, grep, edits.
 
-Pure functions behind the Filesystem middleware's tools (`mw_filesystem.py`).
+Pure functions behind the Filesystem middleware's tools (`middlewares/filesystem.py`).
 Every problem is a `FileError` whose message is what the model reads; nothing
 here touches storage.
 

@@ -267,7 +267,7 @@ class AgentLoop(ToolBatches):
         with turn_span(f"turn {turn}", {"hango.turn.index": turn}):
             self._keep_state(state)  # the previous turn's end, kept with this checkpoint
             resp = await self._model_turn(state, turn)
-            if self.chain.answer_checks:  # an output_schema (agent/mw_output.py)
+            if self.chain.answer_checks:  # an output_schema (agent/middlewares/output.py)
                 answer = self.chain.check_answer(state, resp, False)
                 if answer is not None:
                     return self._answered(state, answer)

@@ -182,7 +182,7 @@ class Answer:
 
 @runtime_checkable
 class AnswerCheck(Protocol):
-    """A middleware that checks the final answer (agent/mw_output.py). Called by the loop
+    """A middleware that checks the final answer (agent/middlewares/output.py). Called by the loop
     after every model reply (`last`: the wind-up's reply, no turn may follow); None: not
     an answer it checks, the loop goes on as without it."""
 

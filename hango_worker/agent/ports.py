@@ -35,7 +35,7 @@ class Outcome:
     rate_wait_s: float | None = None
     unpriced: str | None = None  # cost None: the units that had no price (agent/cost.py)
     # status "succeeded" of an agent with an output_schema: the parsed final answer
-    # (stored as runs.output; agent/mw_output.py)
+    # (stored as runs.output; agent/middlewares/output.py)
     output: Any = None
     has_output: bool = False
 
@@ -108,7 +108,7 @@ class FileStore(Protocol):
     async def list_files(self) -> list[FileInfo]: ...
 
 
-# -- long-term memory (agent/mw_memory.py) -------------------------------------------------
+# -- long-term memory (agent/middlewares/memory.py) ------------------------------------------------
 
 MemoryScopeKind = Literal["agent", "session", "key"]
 
@@ -163,7 +163,7 @@ class WriteContext:
 class MemoryStore(Protocol):
     """Memory port: reads, and writes that are each one statement fenced by the run's
     lease and conditioned on the file's version (run/memory.py on Postgres,
-    testing/memory.py in memory)."""
+    testing/inmem.py in memory)."""
 
     async def index(self, scope: MemoryScope, prefix: str, limit: int) -> list[MemoryEntry]: ...
 
@@ -214,7 +214,7 @@ class ChildRuns(Protocol):
     ) -> ChildRun: ...
 
 
-# -- Agent Skills (agent/mw_skills.py) -----------------------------------------------------
+# -- Agent Skills (agent/middlewares/skills.py) ----------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +230,7 @@ class Skill:
 
 
 class SkillStore(Protocol):
-    """Skills port (read only): run/skills.py on Postgres, testing/memory.py in memory."""
+    """Skills port (read only): run/skills.py on Postgres, testing/inmem.py in memory."""
 
     async def latest(self, tenant_id: str, names: list[str]) -> list[Skill]:
         """The latest version of each named skill of the tenant (absent names left out)."""

@@ -17,7 +17,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from hango_worker.agent.limits import Budget
-from hango_worker.agent.mw_hitl import ApprovalRule
+from hango_worker.agent.middlewares.hitl import ApprovalRule
 from hango_worker.provider import params as api
 from hango_worker.provider import structured
 from hango_worker.provider.types import TextBlock
@@ -52,12 +52,12 @@ class AgentConfig(Budget):
     temperature: float | None = Field(default=None, ge=0, le=1)
     # at a limit (max_turns): one last tool-free call for the answer, or fail (agent/limits.py)
     on_limit: Literal["answer", "fail"] = "answer"
-    # calls that wait for a person's approval (agent/mw_hitl.py), and for how long
+    # calls that wait for a person's approval (agent/middlewares/hitl.py), and for how long
     approvals: list[ApprovalRule] = Field(default_factory=list)
     approval_timeout_s: float | None = Field(default=None, gt=0, le=90 * 86400)
     on_approval_timeout: Literal["reject", "fail"] = "reject"
     # agents this one may delegate to with `task` (besides "general": itself), and how
-    # deep subagents may nest (agent/mw_subagent.py)
+    # deep subagents may nest (agent/middlewares/subagent.py)
     subagents: list[str] = Field(default_factory=list)
     max_depth: int | None = Field(default=None, ge=1, le=10)
     # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
@@ -65,7 +65,7 @@ class AgentConfig(Budget):
     # whose long-term memory the `memory` tool edits: the agent's (shared by all its
     # runs; None = "agent"), the session's, or the caller's (the run's `memory_key`)
     memory_scope: Literal["agent", "session", "key"] | None = None
-    # compaction (agent/mw_summarize.py); unset: the model's window, 0.8, 0.5, 5, the agent's model
+    # compaction (middlewares/summarize.py); unset: the window, 0.8, 0.5, 5, the agent's model
     context_window: int | None = Field(default=None, ge=1024, le=10_000_000)
     compact_trigger: float | None = Field(default=None, gt=0, le=1)
     compact_target: float | None = Field(default=None, gt=0, lt=1)
@@ -73,7 +73,7 @@ class AgentConfig(Budget):
     summary_model: str | None = Field(default=None, min_length=1, max_length=200)
 
     server_tools: list[dict[str, Any]] | None = Field(default=None, max_length=64)
-    # a structured final answer (agent/mw_output.py, docs/structured-output.md): the JSON
+    # a structured final answer (agent/middlewares/output.py, docs/structured-output.md): the JSON
     # Schema it must match, and how it is asked for (auto: the API's structured outputs
     # where the model has them, else the forced final tool)
     output_schema: dict[str, Any] | None = None
@@ -144,9 +144,9 @@ class AgentConfig(Budget):
             raise ValueError(f"compact_target ({target}) must be below compact_trigger ({trigger})")
         return self
 
-    # prompt-cache TTL of the stable prefix (tools + system); see agent/mw_prompt_cache.py
+    # prompt-cache TTL of the stable prefix (tools + system); see agent/middlewares/prompt_cache.py
     cache_ttl: Literal["5m", "1h"] = "5m"
-    # Agent Skills enabled for the agent, by name (agent/mw_skills.py); needs the
+    # Agent Skills enabled for the agent, by name (agent/middlewares/skills.py); needs the
     # `load_skill` tool in the agent's tools
     skills: list[Annotated[str, StringConstraints(pattern=SKILL_NAME, max_length=64)]] = Field(
         default_factory=list, max_length=100

@@ -12,23 +12,32 @@ from typing import Literal
 
 from hango_worker.agent.compaction import CompactionConfig
 from hango_worker.agent.middleware import Middleware
-from hango_worker.agent.mw_allowlist import ToolAllowlist
-from hango_worker.agent.mw_filesystem import DEFAULT_OFFLOAD_THRESHOLD_BYTES, FILE_TOOLS, Filesystem
-from hango_worker.agent.mw_hitl import ASK_USER, ApprovalRule, DecisionRecord, HumanInTheLoop
-from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
-from hango_worker.agent.mw_memory import Memory, MemoryBinding
-from hango_worker.agent.mw_output import TOOL_NAME as OUTPUT_TOOL
-from hango_worker.agent.mw_output import Output, OutputSpec
-from hango_worker.agent.mw_prompt_cache import CacheTTL, PromptCache
-from hango_worker.agent.mw_repair import RepairToolCalls
-from hango_worker.agent.mw_repeat import RepeatCall
-from hango_worker.agent.mw_skills import TOOL_NAME as SKILL_TOOL
-from hango_worker.agent.mw_skills import Skills
-from hango_worker.agent.mw_subagent import DEFAULT_MAX_DEPTH, Subagent
-from hango_worker.agent.mw_subagent import TOOL_NAME as TASK_TOOL
-from hango_worker.agent.mw_summarize import Summarization
-from hango_worker.agent.mw_todo import TOOL_NAME as TODO_TOOL
-from hango_worker.agent.mw_todo import Todo
+from hango_worker.agent.middlewares.allowlist import ToolAllowlist
+from hango_worker.agent.middlewares.filesystem import (
+    DEFAULT_OFFLOAD_THRESHOLD_BYTES,
+    FILE_TOOLS,
+    Filesystem,
+)
+from hango_worker.agent.middlewares.hitl import (
+    ASK_USER,
+    ApprovalRule,
+    DecisionRecord,
+    HumanInTheLoop,
+)
+from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
+from hango_worker.agent.middlewares.memory import Memory, MemoryBinding
+from hango_worker.agent.middlewares.output import TOOL_NAME as OUTPUT_TOOL
+from hango_worker.agent.middlewares.output import Output, OutputSpec
+from hango_worker.agent.middlewares.prompt_cache import CacheTTL, PromptCache
+from hango_worker.agent.middlewares.repair import RepairToolCalls
+from hango_worker.agent.middlewares.repeat import RepeatCall
+from hango_worker.agent.middlewares.skills import TOOL_NAME as SKILL_TOOL
+from hango_worker.agent.middlewares.skills import Skills
+from hango_worker.agent.middlewares.subagent import DEFAULT_MAX_DEPTH, Subagent
+from hango_worker.agent.middlewares.subagent import TOOL_NAME as TASK_TOOL
+from hango_worker.agent.middlewares.summarize import Summarization
+from hango_worker.agent.middlewares.todo import TOOL_NAME as TODO_TOOL
+from hango_worker.agent.middlewares.todo import Todo
 from hango_worker.agent.ports import ChildRuns, FileStore, SkillStore
 from hango_worker.agent.spec import AgentSpec
 

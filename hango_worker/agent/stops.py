@@ -17,7 +17,7 @@
   refuses the larger `max_tokens` (400), the cut response stands: its cut call is never
   executed and the model is told to send it again (agent/batch.py). `max_tokens` with no
   tool call fails the run (`max_tokens`: raise the agent's max_tokens).
-- `model_context_window_exceeded`: the compaction middleware (agent/mw_summarize.py)
+- `model_context_window_exceeded`: the compaction middleware (agent/middlewares/summarize.py)
   compacts the history at once and asks again, once; a response still stopped so (or one
   of an agent without compaction) fails the run with `model_context_window_exceeded`.
 """

@@ -6,7 +6,7 @@ new SDK version brings its new parameters without a code change.
   `BETA_PARAMS`) but the ones hango builds itself (`OWNED`: the model, the history, the
   system prompt, its tools and tool choice, `max_tokens` (the agent's own key),
   streaming, and the request-level `cache_control`, since hango places its own cache
-  breakpoints (agent/mw_prompt_cache.py)).
+  breakpoints (agent/middlewares/prompt_cache.py)).
 - `check_params` validates the values against the SDK's TypedDicts (pydantic), then the
   combinations the API refuses; every problem is one line naming the key (and, for a
   combination, both keys).

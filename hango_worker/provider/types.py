@@ -68,7 +68,7 @@ class StopReason(StrEnum):
 
 
 # A prompt-cache breakpoint, e.g. {"type": "ephemeral"} or {"type": "ephemeral", "ttl": "1h"}.
-# Set only on copies made for one request (agent/mw_prompt_cache.py), never on stored
+# Set only on copies made for one request (agent/middlewares/prompt_cache.py), never on stored
 # history: `block_from_dict` drops it, so nothing read back or taken as input carries one.
 CacheControl: TypeAlias = dict[str, str]
 
@@ -244,7 +244,7 @@ def _has_media(raw: JSON) -> bool:
 
 
 # The keys each typed block models; the others go to its `extra`. `cache_control` is
-# never kept: breakpoints are set on request copies only (agent/mw_prompt_cache.py).
+# never kept: breakpoints are set on request copies only (agent/middlewares/prompt_cache.py).
 _MODELLED = {
     "text": frozenset(("type", "text", "cache_control")),
     "tool_use": frozenset(("type", "id", "name", "input", "cache_control")),

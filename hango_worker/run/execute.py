@@ -15,9 +15,9 @@ from hango_worker.agent.chain import Chain
 from hango_worker.agent.control import DEFAULT_MAX_PARALLEL_TOOLS, RunControl
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
-from hango_worker.agent.mw_hitl import DecisionRecord
-from hango_worker.agent.mw_memory import TOOL_NAME as MEMORY_TOOL
-from hango_worker.agent.mw_memory import MemoryBinding, MemoryScopeError, scope_for
+from hango_worker.agent.middlewares.hitl import DecisionRecord
+from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
+from hango_worker.agent.middlewares.memory import MemoryBinding, MemoryScopeError, scope_for
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentSpec, AgentSpecError, with_params, with_user_id
 from hango_worker.agent.stack import StackConfig, default_stack

@@ -121,7 +121,7 @@ async def find_agent(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[
 
 MAX_IDEMPOTENCY_KEY = 200  # characters; keeps the unique index row small
 # characters; the worker checks a run's memory key with the same rule
-# (agent/mw_memory.py memory_key_problem) for rows written without this function
+# (agent/middlewares/memory.py memory_key_problem) for rows written without this function
 MAX_MEMORY_KEY = 200
 
 

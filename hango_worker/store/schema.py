@@ -132,7 +132,7 @@ runs = Table(
     # within its tenant, a run of higher priority is claimed first (then the oldest)
     Column("priority", Integer, nullable=False, server_default=text("0")),
     # a run of an agent with an output_schema: its final answer, parsed and validated
-    # (agent/mw_output.py); NULL otherwise
+    # (agent/middlewares/output.py); NULL otherwise
     Column("output", JSONB),
     CheckConstraint("priority BETWEEN 0 AND 1000", name="runs_priority_check"),
     CheckConstraint(

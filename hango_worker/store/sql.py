@@ -378,7 +378,7 @@ WITH w AS (
 SELECT (SELECT count(*) FROM w) AS woken, (SELECT count(*) FROM n) AS notified
 """
 
-# -- long-term memory (agent/mw_memory.py; docs/design.md §12) -----------------------------
+# -- long-term memory (agent/middlewares/memory.py; docs/design.md §12) ---------------------------
 # Every write is ONE statement: the run's fence (which also renews its lease, like
 # RECORD_TOOL) and the file's version condition together, so a worker that lost its
 # lease writes nothing and a stale edit never overwrites a newer one. Each returns
@@ -455,7 +455,7 @@ WHERE tenant_id = $1 AND name = ANY($2::text[])
 ORDER BY name, version DESC
 """
 
-# -- a fleet on one database (docs/scaling.md) ------------------------------------------------
+# -- a fleet on one database (docs/scaling.md) -----------------------------------------------------
 # The claim runs on a connection of its own with these settings. Planned from stale
 # statistics (a burst into a queue that was empty at the last ANALYZE: the usual case),
 # CLAIM's `picked` became a bitmap scan of *every* queued run, each checked against the

@@ -47,7 +47,7 @@ OFFLOADED_BYTES = Counter(
     "hango_offloaded_bytes_total",
     "UTF-8 bytes of tool results offloaded to run files by the filesystem middleware.",
 )
-# Memory writes (agent/mw_memory.py): command is one of the memory tool's five write
+# Memory writes (agent/middlewares/memory.py): command is one of the memory tool's five write
 # commands; result ok | conflict (a newer version won) | rejected (a bad command: path,
 # size, missing file…) | fenced (the worker lost the run's lease: nothing written) |
 # failed (the store raised, e.g. the database went away: outcome unknown).
@@ -58,7 +58,7 @@ MEMORY_WRITES = Counter(
     "Memory tool writes, by command and result.",
     ["command", "result"],
 )
-# load_skill calls (agent/mw_skills.py): result body (a skill's SKILL.md) | file (one of
+# load_skill calls (agent/middlewares/skills.py): result body (a skill's SKILL.md) | file (one of
 # its files) | unknown_skill | unknown_file (a tool error). Skill names are not labels.
 SKILL_LOAD_RESULTS = ("body", "file", "unknown_skill", "unknown_file")
 # Content blocks stored once (run/blobs.py): blobs inlined when a run attempt loads.
@@ -74,7 +74,7 @@ BLOB_BYTES_STORED = Counter(
     "Bytes of tool results' large blocks (images, PDFs) stored once, by reference.",
 )
 SKILL_LOADS = Counter("hango_skill_loads_total", "load_skill tool calls, by result.", ["result"])
-# Compaction (agent/mw_summarize.py): rungs applied, and each request's size.
+# Compaction (agent/middlewares/summarize.py): rungs applied, and each request's size.
 COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")
 COMPACTIONS = Counter(
     "hango_compactions_total", "Compaction rungs applied to a model request.", ["rung"]
@@ -90,7 +90,7 @@ TOOL_PARALLEL_CALLS = Histogram(
     "Tool calls run side by side in one group of a response's batch (groups of two or more).",
     buckets=[2, 3, 4, 6, 8, 12, 16, 24, 32, 64],
 )
-# Structured final answers (agent/mw_output.py): answers that broke the agent's
+# Structured final answers (agent/middlewares/output.py): answers that broke the agent's
 # output_schema, by which violation it was (1: told to the model, 2: the run failed).
 OUTPUT_INVALID = Counter(
     "hango_output_invalid_total",

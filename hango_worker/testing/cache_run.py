@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hango_worker.agent.middleware import Middleware
-from hango_worker.agent.mw_memory import MemoryBinding
+from hango_worker.agent.middlewares.memory import MemoryBinding
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentConfig, AgentSpec
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.testing.fake_anthropic import FakeAnthropic
-from hango_worker.testing.memory import MemoryRunIO, run_agent
+from hango_worker.testing.inmem import MemoryRunIO, run_agent
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 
 PROMPT_CACHE_SLOT = 7  # PromptCache's index in default_stack

@@ -1,7 +1,7 @@
 """A memory path is a file or a directory, never both: a file below a file, or a file
 where a directory is, is refused in one line naming the file in the way; a path that is
 both already (made before the check, or by two runs at once) is shown whole, so nothing
-is lost (agent/mw_memory.py, agent/memory_files.py)."""
+is lost (agent/middlewares/memory.py, agent/memory_files.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import asyncpg
 
-from hango_worker.agent.mw_memory import Memory, MemoryBinding
+from hango_worker.agent.middlewares.memory import Memory, MemoryBinding
 from hango_worker.agent.ports import MemoryScope, MemoryStore
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.store import repo
-from hango_worker.testing.memory import InMemoryMemoryStore, make_state
+from hango_worker.testing.inmem import InMemoryMemoryStore, make_state
 from hango_worker.tool.types import ToolContext, ToolResult
 from tests.helpers import agent
 from tests.test_memory import _claimed

@@ -1,12 +1,12 @@
 """Untrusted text never runs on the event loop unbounded: approval rules' patterns are
-RE2 (agent/mw_hitl.py), linear in the text whatever the pattern."""
+RE2 (agent/middlewares/hitl.py), linear in the text whatever the pattern."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from hango_worker.agent.mw_hitl import ApprovalRule
+from hango_worker.agent.middlewares.hitl import ApprovalRule
 from hango_worker.tool.threads import DaemonThreads
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from hango_worker.provider.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from hango_worker.testing.memory import make_state, run_agent
+from hango_worker.testing.inmem import make_state, run_agent
 from tests.helpers import agent, recording_tool, scripted
 
 
