@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     lease_s: float = Field(default=30.0, ge=1, le=3600, description="run lease length")
     max_attempts: int = Field(default=5, ge=1, le=100)
     shutdown_grace_s: float = Field(default=25.0, ge=0, le=3600)
+    schema_check_interval_s: float = Field(
+        default=60.0, gt=0, le=3600, description="how often a worker checks the schema serves it"
+    )
     metrics_port: int = Field(default=9464, ge=0, le=65535, description="0 = ephemeral")
     metrics_host: str = Field(
         default="0.0.0.0", description="address /metrics /healthz /readyz listen on"

@@ -45,7 +45,7 @@ _STDERR: dict[int, tempfile._TemporaryFileWrapper[bytes]] = {}
 
 
 async def start_worker(
-    env: dict[str, str], *, until_idle: bool = False
+    env: dict[str, str], *, until_idle: bool = False, cwd: Path | None = None
 ) -> asyncio.subprocess.Process:
     """`hango-worker run` as a process. Its stderr goes to a file (`stderr_of`): a pipe
     nobody reads fills up and blocks the worker on its next write."""
@@ -55,6 +55,7 @@ async def start_worker(
         sys.executable,
         *args,
         env=env,
+        cwd=cwd,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=err,
     )

@@ -24,6 +24,7 @@ from hango_worker.run.execute import RunDeps, execute, fail_run, run_control
 from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import CONNECTION_ERRORS, Claim, discard_connections
 from hango_worker.run.listener import Listener
+from hango_worker.run.schema_gate import SchemaGate, schema_mismatch
 from hango_worker.run.stream import TextPublisher
 from hango_worker.run.sweep import sweep
 from hango_worker.store import db, sql
@@ -82,6 +83,8 @@ class Worker:
         self._listener = Listener(dsn, self._wake.set, self._on_cancel)
         self._background: list[asyncio.Task[None]] = []
         self._claim_pool: asyncpg.Pool | None = None  # sql.CLAIM_SESSION_SETTINGS
+        every = self.settings.schema_check_interval_s
+        self.gate = SchemaGate(deps.pool, every_s=every, blocked_every_s=min(every, 5.0))
         metrics.set_slots(0, self.settings.worker_concurrency)
         metrics.init_tool_series(deps.registry.names())
 
@@ -210,7 +213,8 @@ class Worker:
             busy = bool(self._inflight)
             if busy and free > 0:
                 free = await self._after_landing()
-            claimed = await self._claim(free) if free > 0 else 0
+            # outside the schema range this code serves: claim nothing (run/schema_gate.py)
+            claimed = await self._claim(free) if free > 0 and await self.gate.open() else 0
             if until_idle and claimed == 0 and not busy and not self._inflight:
                 return
             if claimed and claimed == free:
@@ -237,7 +241,11 @@ class Worker:
             await discard_connections(pool)
             await asyncio.sleep(0.2)
             return 0
-        except Exception:  # never let one bad claim take the worker down
+        except Exception as e:  # never let one bad claim take the worker down
+            if schema_mismatch(e):  # the schema changed under us: one line, check it now
+                log.warning("claim failed on the schema (%s): checking it", e)
+                self.gate.suspect()
+                return 0
             log.exception("claim failed")
             await asyncio.sleep(1.0)
             return 0
@@ -389,9 +397,14 @@ class Worker:
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.lease_s / 2 * random.uniform(0.5, 1.0))
+            if self.gate.problem is not None:  # not served: the gate logs why
+                continue
             try:
                 await self.sweep()
-            except Exception:
+            except Exception as e:
+                if schema_mismatch(e):
+                    self.gate.suspect()
+                    continue
                 log.exception("reclaim sweep failed")
 
     async def sweep(self) -> int:

@@ -160,6 +160,11 @@ WORKER_SLOTS = Gauge(
     "Run slots of this worker: state=total (HANGO_WORKER_CONCURRENCY) and state=used.",
     ["state"],
 )
+SCHEMA_SERVED = Gauge(
+    "hango_schema_served",
+    "1 while the database's schema serves this worker's code; 0: it claims nothing "
+    "(the reason is /readyz's body and a log line a minute).",
+)
 BUILD_INFO = Gauge("hango_build_info", "Always 1; the running version in its label.", ["version"])
 MODEL_RETRIES = Counter(
     "hango_model_retries_total",
