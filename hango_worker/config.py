@@ -75,7 +75,10 @@ class Settings(BaseSettings):
     repeat_call_threshold: int = Field(default=3, ge=2, le=1000)
     lease_s: float = Field(default=30.0, ge=1, le=3600, description="run lease length")
     max_attempts: int = Field(default=5, ge=1, le=100)
-    shutdown_grace_s: float = Field(default=25.0, ge=0, le=3600)
+    # Derived from the default tool timeout (tool/types.py DEFAULT_TOOL_TIMEOUT_S, 60 s)
+    # plus 5 s: a deploy lets a tool call in flight finish and checkpoint before the runs
+    # are handed back (docs/operations.md, "Crashes, deploys and what happens to runs").
+    shutdown_grace_s: float = Field(default=65.0, ge=0, le=3600)
     schema_check_interval_s: float = Field(
         default=60.0, gt=0, le=3600, description="how often a worker checks the schema serves it"
     )

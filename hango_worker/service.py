@@ -157,6 +157,7 @@ async def serve(
     try:
         provider = provider or make_provider(settings)
         registry = registry or Registry.default(modules=settings.tool_modules)
+        _check_grace(settings.shutdown_grace_s, registry)
         await db.require_migrated(dsn)
         # Runs hold a connection only for one statement at a time, so the pool is
         # sized per worker, not per run: 200 runs in flight must not mean 200 connections.
@@ -175,6 +176,25 @@ async def serve(
         await _close_all(server, pool, provider if own_provider else None)
         if tracing is not None:
             await _in_daemon_thread(tracing.shutdown, TRACING_FLUSH_S, "exporting the last spans")
+
+
+def _check_grace(grace_s: float, registry: Registry) -> None:
+    """One line at start-up when a deploy would cut a tool call off: the shutdown grace
+    is shorter than the longest tool timeout (docs/operations.md, "Crashes, deploys")."""
+    tools = list(registry.view(registry.names()))
+    if not tools:
+        return
+    longest = max(tools, key=lambda t: t.limit_s)
+    if longest.limit_s > grace_s:
+        log.warning(
+            "shutdown grace %gs is shorter than tool %s's timeout (%gs): a deploy cuts its "
+            "calls off mid-flight; set HANGO_SHUTDOWN_GRACE_S to at least %g and the "
+            "container's stop timeout 25 s above it",
+            grace_s,
+            longest.name,
+            longest.limit_s,
+            longest.limit_s + 5,
+        )
 
 
 def _install_signals(worker: Worker, watchdog: ExitWatchdog, grace_s: float) -> None:

@@ -32,6 +32,7 @@ from hango_worker.config import Settings
 from hango_worker.service import PROCESS_BOUND_S
 from hango_worker.store.migrate import head_revision
 from hango_worker.telemetry.setup import DEFAULT_SERVICE_NAME
+from hango_worker.tool.types import DEFAULT_TOOL_TIMEOUT_S
 from tests import kustomize_lite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -506,6 +507,8 @@ def test_compose_startup_order_and_workers() -> None:
     grace = float(env.get("HANGO_SHUTDOWN_GRACE_S", SHUTDOWN_GRACE_S))
     # the process's own bound (docs/system-architecture.md, "Graceful shutdown")
     assert duration_s(worker["stop_grace_period"]) > grace + PROCESS_BOUND_S
+    # a deploy lets a tool call in flight finish (the grace derived from the tool timeout)
+    assert grace >= DEFAULT_TOOL_TIMEOUT_S + 5
     assert worker.get("stop_signal", "SIGTERM") == "SIGTERM"
 
 
@@ -665,6 +668,7 @@ def test_k8s_worker_deployment() -> None:
         assert c[probe]["httpGet"]["port"] in ("metrics", METRICS_PORT)
     grace = float(configmap_data()["HANGO_SHUTDOWN_GRACE_S"])
     assert pod["terminationGracePeriodSeconds"] > grace + PROCESS_BOUND_S
+    assert grace >= DEFAULT_TOOL_TIMEOUT_S + 5 and SHUTDOWN_GRACE_S >= DEFAULT_TOOL_TIMEOUT_S + 5
     assert pod["securityContext"]["runAsNonRoot"] is True
     uid = pod["securityContext"]["runAsUser"]
     assert re.search(rf"^USER {uid}(:\d+)?$", DOCKERFILE.read_text(encoding="utf-8"), re.M)

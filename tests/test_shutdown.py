@@ -356,3 +356,24 @@ def test_sync_tools_run_on_at_most_n_daemon_threads_that_never_hold_the_exit() -
         failed.result()
     assert {name for name, _ in seen} <= {"t_0", "t_1"}, "more threads than max_workers"
     assert all(daemon for _, daemon in seen)
+
+
+def test_a_grace_shorter_than_a_tool_timeout_is_named_at_start_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A deploy would cut the slow tool's calls off: the start-up says so, naming it."""
+    from hango_worker.service import _check_grace
+
+    schema = {"type": "object", "properties": {}}
+
+    async def fn(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult("ok")
+
+    slow = Tool("crawl", "Slow.", schema, fn, timeout_s=120)
+    caplog.set_level("WARNING", logger="hango_worker.service")
+    _check_grace(Settings.model_fields["shutdown_grace_s"].default, Registry.default())
+    assert not caplog.records  # the default grace covers the default tool timeout
+    _check_grace(65, Registry([*Registry.default().view(Registry.default().names()), slow]))
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "shutdown grace 65s is shorter than tool crawl's timeout (120s)" in line
+    assert "HANGO_SHUTDOWN_GRACE_S to at least 125" in line
