@@ -1,4 +1,9 @@
-"""hango-worker: a durable, observable run-worker for LLM agents on Postgres."""
+"""hango-worker: a durable, observable run-worker for LLM agents on Postgres.
+
+The package root holds the version only. May import: nothing else in the package.
+Only `cli` and `testing` import it; every other component never does (import-linter
+contracts in `.importlinter`, `make lint`).
+"""
 
 from importlib.metadata import PackageNotFoundError, version
 

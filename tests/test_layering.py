@@ -1,63 +1,35 @@
 """Layers import downward only: provider ← tool ← agent ← run; store beside; telemetry a leaf.
 
-Every module of the package belongs to a component (its subpackage, or itself for a
-top-level module) and each component has an allow-list of the components it may
-import, lazy imports inside functions included. Modules import each other without
-cycles, and production code never imports the test fakes in `hango_worker.testing`.
+The rules live in one place, the import-linter contracts in `.importlinter` (`make lint`
+runs `lint-imports`). Every module of the package belongs to a component (its
+subpackage, or itself for a top-level module; `hango_worker` is the package root) and
+each component has a contract naming what it may import and forbidding every other
+component. These tests read the contracts and hold the rest to them: the contracts
+themselves (complete, one per component), the table in docs/system-architecture.md, the
+package docstrings, and the code (import-linter's own run, and an AST walk of direct
+imports, lazy ones inside functions included). Modules import each other without
+cycles.
 """
 
 from __future__ import annotations
 
 import ast
+import configparser
+import re
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+import grimp
 import pytest
+from importlinter.cli import lint_imports
 
-PKG = Path(__file__).resolve().parent.parent / "hango_worker"
-
-PRODUCTION = {
-    "__init__",
-    "agent",
-    "cli",
-    "client",
-    "config",
-    "console",
-    "demo",
-    "provider",
-    "render",
-    "run",
-    "service",
-    "store",
-    "telemetry",
-    "tool",
-    "vocab",
-    "watch",
-}
-
-# component → the other components it may import (the package root is "__init__")
-# `vocab` (run statuses, error types, tool outcomes) is a leaf every component may use.
-ALLOWED: dict[str, set[str]] = {
-    "__init__": set(),
-    "vocab": set(),
-    "telemetry": {"vocab"},
-    "config": set(),
-    "render": {"provider", "vocab"},  # provider.sanitize: the one text-cleaning rule
-    "provider": {"telemetry", "vocab"},
-    "tool": {"provider", "telemetry", "vocab"},
-    "agent": {"provider", "tool", "telemetry", "vocab"},
-    "store": {"provider", "telemetry", "config", "vocab"},
-    "run": {"provider", "tool", "agent", "store", "telemetry", "config", "vocab"},
-    "watch": {"render", "store", "telemetry", "vocab"},
-    "client": {"provider", "agent", "store", "telemetry", "config", "vocab"},
-    "service": {"config", "provider", "tool", "agent", "run", "store", "telemetry", "vocab"},
-    # the run console: a top-level consumer like cli (its own process)
-    "console": {"config", "render", "store", "telemetry", "vocab"},
-    "demo": {"config", "provider", "render", "run", "service", "store", "telemetry", "vocab"},
-    "cli": PRODUCTION - {"cli", "client"},
-    "testing": PRODUCTION - {"cli", "demo", "service"},
-}
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "hango_worker"
+CONTRACTS = ROOT / ".importlinter"
+ARCHITECTURE = ROOT / "docs" / "system-architecture.md"
+TOP = "hango_worker"  # the package root's component: hango_worker/__init__.py
+NAME = re.compile(r"^(\w+) may import only: (.+)$")
 
 
 def module_name(path: Path) -> str:
@@ -72,7 +44,39 @@ def modules() -> dict[str, Path]:
 
 def component(module: str) -> str:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "__init__"
+    return parts[1] if len(parts) > 1 else TOP
+
+
+def components() -> set[str]:
+    return {component(m) for m in modules()}
+
+
+@cache
+def contracts() -> dict[str, dict[str, str]]:
+    """contract id → its options, as lint-imports reads them."""
+    parser = configparser.ConfigParser()
+    assert parser.read(CONTRACTS) == [str(CONTRACTS)]
+    prefix = "importlinter:contract:"
+    return {s.removeprefix(prefix): dict(parser[s]) for s in parser if s.startswith(prefix)}
+
+
+def listed(contract: dict[str, str], option: str) -> set[str]:
+    return set(contract.get(option, "").split())
+
+
+def _names(text: str) -> set[str]:
+    return set() if text.startswith("nothing") else set(re.findall(r"\b\w+\b", text))
+
+
+@cache
+def allowed() -> dict[str, set[str]]:
+    """component → the other components it may import, as its contract's name says."""
+    out: dict[str, set[str]] = {}
+    for cid, contract in contracts().items():
+        if m := NAME.match(contract["name"]):
+            assert m[1] == cid, f"contract {cid} is named for {m[1]}"
+            out[cid] = _names(m[2])
+    return out
 
 
 def imports_of(module: str) -> set[str]:
@@ -95,32 +99,98 @@ def imports_of(module: str) -> set[str]:
     return {m for m in found if m != module}
 
 
-def test_every_module_belongs_to_a_known_component() -> None:
-    comps = {component(m) for m in modules()}
-    assert comps - set(ALLOWED) == set(), "new component: give it an allow-list in ALLOWED"
-    assert set(ALLOWED) - comps == set(), "ALLOWED names a component that does not exist"
-    assert set(ALLOWED) - {"testing"} == PRODUCTION
+def test_every_component_has_its_contract() -> None:
+    assert components() - set(allowed()) == set(), "new component: give it a contract"
+    assert set(allowed()) - components() == set(), "a contract names no component"
 
 
-@pytest.mark.parametrize("comp", sorted(ALLOWED))
+def test_import_linter_sees_every_module() -> None:
+    """A folder without `__init__.py` is a namespace package grimp leaves out."""
+    graph = grimp.build_graph("hango_worker", cache_dir=None)
+    assert set(modules()) - graph.modules == set()
+
+
+@pytest.mark.parametrize("comp", sorted(components() - {TOP}))
+def test_each_contract_forbids_every_component_it_does_not_allow(comp: str) -> None:
+    contract = contracts()[comp]
+    assert contract["type"] == "forbidden"
+    assert listed(contract, "source_modules") == {f"hango_worker.{comp}"}
+    # direct imports, as the table says; the layers contract covers indirect ones
+    assert contract["allow_indirect_imports"] == "true"
+    assert allowed()[comp] <= components() - {comp}
+    others = components() - {comp, TOP} - allowed()[comp]
+    assert listed(contract, "forbidden_modules") == {f"hango_worker.{c}" for c in others}
+
+
+def test_only_the_allowed_import_the_package_root() -> None:
+    top = contracts()[TOP]
+    assert (listed(top, "source_modules"), listed(top, "forbidden_modules")) == (
+        {"hango_worker"},
+        {"hango_worker.**"},
+    )
+    assert top["as_packages"] == "false" and allowed()[TOP] == set()
+    guard = contracts()["root-importers"]
+    assert guard["type"] == "protected" and listed(guard, "protected_modules") == {TOP}
+    importers = {c for c, ok in allowed().items() if TOP in ok}
+    assert listed(guard, "allowed_importers") == {
+        f"hango_worker.{c}{tail}" for c in importers for tail in ("", ".**")
+    }
+
+
+def test_production_code_never_imports_the_test_fakes() -> None:
+    contract = contracts()["no-test-fakes"]
+    production = components() - {"testing", TOP}  # the root's contract forbids everything
+    assert listed(contract, "source_modules") == {f"hango_worker.{c}" for c in production}
+    assert listed(contract, "forbidden_modules") == {"hango_worker.testing"}
+    assert "allow_indirect_imports" not in contract  # not even through a third module
+    assert [c for c in production if "testing" in allowed()[c]] == []
+
+
+def test_the_architecture_doc_has_the_contracts_table() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    table = text.split("| component | may import |\n|---|---|\n", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines()]
+    assert {comp.strip(" `"): _names(names.strip()) for comp, names in rows} == allowed()
+
+
+def _docstring_may_import(path: Path) -> tuple[set[str], str]:
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    m = re.search(r"May import: (.*?)\.(?:\s|$)", doc, flags=re.S)
+    assert m, f"{path.relative_to(ROOT)}: no 'May import: …' sentence"
+    names = set() if m[1].startswith("nothing") else set(re.findall(r"`(\w+)`", m[1]))
+    return names, doc
+
+
+@pytest.mark.parametrize(
+    "package", sorted(m for m, p in modules().items() if p.name == "__init__.py")
+)
+def test_each_package_docstring_says_what_it_may_import(package: str) -> None:
+    names, doc = _docstring_may_import(modules()[package])
+    comp = component(package)
+    assert names - {comp} == allowed()[comp]
+    assert "never" in doc.lower(), "say what it never imports"
+    assert ".importlinter" in doc
+
+
+@pytest.mark.parametrize("comp", sorted(components()))
 def test_components_import_only_what_they_are_allowed(comp: str) -> None:
     bad = {
-        m: sorted({component(t) for t in imports_of(m)} - ALLOWED[comp] - {comp})
+        m: sorted({component(t) for t in imports_of(m)} - allowed()[comp] - {comp})
         for m in modules()
         if component(m) == comp
     }
     assert {m: v for m, v in bad.items() if v} == {}
 
 
-def test_production_code_never_imports_the_test_fakes() -> None:
-    bad = sorted(
-        f"{m} → {t}"
-        for m in modules()
-        if component(m) != "testing"
-        for t in imports_of(m)
-        if component(t) == "testing"
-    )
-    assert bad == []
+def test_the_contracts_hold() -> None:
+    """What `make lint` runs: every contract in `.importlinter` is kept."""
+    assert lint_imports(config_filenames=(str(CONTRACTS),), no_cache=True, no_logo=True) == 0
+
+
+def test_make_lint_runs_the_contracts() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    target = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "$(BIN)/lint-imports" in target
 
 
 def _cycles(graph: dict[str, set[str]]) -> Iterator[list[str]]:

@@ -2,6 +2,12 @@
 
 Every failure is one line on stderr and a documented exit code (`exits`);
 never a traceback.
+
+A program over every layer. May import: `hango_worker` (the version), `agent`,
+`config`, `console`, `demo`, `provider`, `render`, `run`, `service`, `store`,
+`telemetry`, `tool`, `vocab`, `watch`. Never imports `client` (the Python client for
+users' code) or the test helpers in `testing` (import-linter contracts in
+`.importlinter`, `make lint`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The model layer: message types, the provider protocol and the providers.
 
-Imports nothing from the rest of hango_worker (enforced by tests/test_layering.py).
+Belongs here: what a model call sends and gets back, and the code that makes it.
+May import: `telemetry`, `vocab`. Never imports `tool`, `agent`, `store`, `run` or
+anything above them (import-linter contracts in `.importlinter`, `make lint`).
 """
 
 from hango_worker.provider.types import (

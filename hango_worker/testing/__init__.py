@@ -3,6 +3,12 @@ FakeAnthropic, a local fake of the Anthropic Messages API.
 
 The FakeAnthropic names are imported on first use (they pull in pydantic and the
 scripted model), so ``import hango_worker.testing`` stays cheap.
+
+Belongs here: fakes and harnesses that tests use in place of the real thing.
+May import: `hango_worker`, `agent`, `client`, `config`, `console`, `provider`,
+`render`, `run`, `store`, `telemetry`, `tool`, `vocab`, `watch`. Never imports the
+programs `cli`, `demo` or `service`, and production code never imports this
+package (import-linter contracts in `.importlinter`, `make lint`).
 """
 
 from __future__ import annotations

@@ -124,6 +124,11 @@ whole command.
 **Modules:** `ratelimit`, `script` (turns, faults, `RecordedRequest`), `validate`,
 `tokens`, `cache`, `sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
 (`FakeAnthropic`), `cli`. Everything is re-exported here.
+
+**Layering.** Part of `testing`. May import: `hango_worker`, `agent`, `client`,
+`config`, `console`, `provider`, `render`, `run`, `store`, `telemetry`, `tool`,
+`vocab`, `watch`. Never imports `cli`, `demo` or `service`; production code never
+imports it (import-linter contracts in `.importlinter`, `make lint`).
 """
 
 from hango_worker.provider.scripted import ScriptError
