@@ -116,9 +116,11 @@ class StoredMemory:
 
 @dataclass
 class InMemoryMemoryStore:
-    """The memory port in memory, with the same conditions as the Postgres one: a write
-    by a run in `fenced_runs` (a worker that lost the lease) writes nothing, and a write
-    names the version it was made on."""
+    """The memory port in memory, with the same conditions and answers as the Postgres
+    one (tests/contracts/test_store_ports.py): a write by a run in `fenced_runs` (a
+    worker that lost the lease) writes nothing, and a write names the version it was
+    made on. As on Postgres, a fenced write and a rename onto a path that exists answer
+    with no `current` version."""
 
     files: dict[tuple[str, str, str, str, str], StoredMemory] = field(default_factory=dict)
     fenced_runs: set[str] = field(default_factory=set)
@@ -150,7 +152,7 @@ class InMemoryMemoryStore:
     ) -> MemoryWrite:
         current = self._current(scope, path)
         if by.run_id in self.fenced_runs:
-            return MemoryWrite(None, current, fenced=True)
+            return MemoryWrite(None, None, fenced=True)
         if current is not None:
             return MemoryWrite(None, current)
         self.files[self._k(scope, path)] = StoredMemory(content, 1, by.run_id, by.tool_use_id)
@@ -167,12 +169,12 @@ class InMemoryMemoryStore:
     ) -> MemoryWrite:
         current = self._current(scope, path)
         if by.run_id in self.fenced_runs:
-            return MemoryWrite(None, current, fenced=True)
+            return MemoryWrite(None, None, fenced=True)
         if current != expected:
             return MemoryWrite(None, current)
         target = new_path or path
         if target != path and self._current(scope, target) is not None:
-            return MemoryWrite(None, current, exists=True)
+            return MemoryWrite(None, None, exists=True)
         del self.files[self._k(scope, path)]
         stored = StoredMemory(content, expected + 1, by.run_id, by.tool_use_id)
         self.files[self._k(scope, target)] = stored
@@ -183,7 +185,7 @@ class InMemoryMemoryStore:
     ) -> MemoryWrite:
         current = self._current(scope, path)
         if by.run_id in self.fenced_runs:
-            return MemoryWrite(None, current, fenced=True)
+            return MemoryWrite(None, None, fenced=True)
         if current != expected:
             return MemoryWrite(None, current)
         del self.files[self._k(scope, path)]
@@ -224,7 +226,9 @@ class InMemorySkillStore:
         return len(versions)
 
     async def latest(self, tenant_id: str, names: list[str]) -> list[Skill]:
-        return [self.skills[(tenant_id, n)][-1] for n in names if (tenant_id, n) in self.skills]
+        """Each named skill once, in name order, as on Postgres (sql.SKILLS_LATEST)."""
+        found = sorted(set(names))
+        return [self.skills[(tenant_id, n)][-1] for n in found if (tenant_id, n) in self.skills]
 
 
 def _default_stack(
