@@ -411,6 +411,9 @@ def price_table(s: Settings) -> PriceTable:
     return table
 
 
+_assembly: list[tuple[Settings, AssemblySettings]] = []  # the last settings' (read-only)
+
+
 def assembly_settings(s: Settings) -> AssemblySettings:
     """The worker's defaults for every run's assembly (agent/assemble.py), made once per
     settings object (a worker's settings are the same object run after run)."""
@@ -424,9 +427,6 @@ def assembly_settings(s: Settings) -> AssemblySettings:
     )
     _assembly[:] = [(s, made)]
     return made
-
-
-_assembly: list[tuple[Settings, AssemblySettings]] = []  # the last settings' (read-only)
 
 
 def _build_loop(
