@@ -11,16 +11,20 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from pydantic import ValidationError
 
-from hango_worker.agent.chain import Chain
-from hango_worker.agent.control import DEFAULT_MAX_PARALLEL_TOOLS, RunControl
-from hango_worker.agent.limits import RunOverrides, deadline_of, merge
-from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.assemble import (
+    AssemblySettings,
+    RunParts,
+    assemble,
+    for_run,
+    memory_binding,
+)
+from hango_worker.agent.control import RunControl
+from hango_worker.agent.limits import RunOverrides
+from hango_worker.agent.loop import AgentLoop, RunInfo
 from hango_worker.agent.middlewares.hitl import DecisionRecord
-from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
-from hango_worker.agent.middlewares.memory import MemoryBinding, MemoryScopeError, scope_for
+from hango_worker.agent.middlewares.memory import MemoryBinding, MemoryScopeError
 from hango_worker.agent.ports import Outcome
-from hango_worker.agent.spec import AgentSpec, AgentSpecError, with_params, with_user_id
-from hango_worker.agent.stack import StackConfig, default_stack
+from hango_worker.agent.spec import AgentSpec, AgentSpecError
 from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.prices import PriceTable
@@ -144,10 +148,9 @@ def _with_run_params(agent: AgentSpec, params: Any, tenant_id: str) -> AgentSpec
     """The agent with the run's own Messages API parameters (`runs.input.params`) laid
     over its config, checked again here (the SQL API stores them unchecked)."""
     try:
-        config = with_params(agent.config, params)
+        return for_run(agent, tenant_id, params)
     except ValueError as e:
         raise LoadError(ErrorType.INVALID_INPUT, f"runs.input.params: {e}") from None
-    return agent.model_copy(update={"config": with_user_id(config, tenant_id)})
 
 
 def _decisions(rows: list[Any], pending: Message) -> dict[str, DecisionRecord]:
@@ -186,7 +189,7 @@ def _agent(ctx: Any, tenant_id: str) -> AgentSpec:
     if found is None:
         row = {k: ctx[k] for k in ("name", "model", "system", "tools", "config")}
         found = _parse_agent({"id": ctx["agent_row"], **row})
-        found = found.model_copy(update={"config": with_user_id(found.config, tenant_id)})
+        found = for_run(found, tenant_id)
         if len(_AGENTS) >= MAX_CACHED_AGENTS:
             _AGENTS.clear()
         _AGENTS[key] = found
@@ -386,16 +389,13 @@ async def _next_event_seq(pool: asyncpg.Pool, c: Claim) -> int:
 
 def _memory(deps: RunDeps, agent: AgentSpec, c: Claim, io: PgRunIO) -> MemoryBinding | None:
     """The run's memory store and scope, when its agent lists the memory tool."""
-    if MEMORY_TOOL not in agent.tools:
-        return None
-    scope = scope_for(
-        agent.config.memory_scope or "agent",
+    return memory_binding(
+        agent,
+        lambda: PgMemoryStore(deps.pool, io),
         tenant_id=c.tenant_id,
-        agent_id=c.agent_id,
         session_id=c.session_id,
         memory_key=c.input.get("memory_key") if isinstance(c.input, dict) else None,
     )
-    return MemoryBinding(PgMemoryStore(deps.pool, io), scope)
 
 
 _prices: list[tuple[Settings, PriceTable]] = []  # the last settings' table (read-only)
@@ -411,35 +411,38 @@ def price_table(s: Settings) -> PriceTable:
     return table
 
 
+_assembly: list[tuple[Settings, AssemblySettings]] = []  # the last settings' (read-only)
+
+
+def assembly_settings(s: Settings) -> AssemblySettings:
+    """The worker's defaults for every run's assembly (agent/assemble.py), made once per
+    settings object (a worker's settings are the same object run after run)."""
+    if _assembly and _assembly[0][0] is s:
+        return _assembly[0][1]
+    made = AssemblySettings(
+        max_turns=s.max_turns,
+        repeat_call_threshold=s.repeat_call_threshold,
+        capture_content=s.capture_content,
+        prices=price_table(s),
+    )
+    _assembly[:] = [(s, made)]
+    return made
+
+
 def _build_loop(
     deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO, memory: MemoryBinding | None
 ) -> AgentLoop:
-    s = deps.settings
-    agent, run_id, over = loaded.agent, c.run_id, loaded.overrides
-    budget = merge(agent.config, over)
-    obs = deps.observer
-    cfg = StackConfig.for_agent(
-        agent,
-        io,
-        s.repeat_call_threshold,
+    agent, run_id, obs, pub = loaded.agent, c.run_id, deps.observer, deps.text
+    run = RunParts(
+        started_s=c.started_s,
+        overrides=loaded.overrides,
+        files=io,
         memory=memory,
-        decisions=loaded.decisions,
-        children=io,
-        depth=c.depth,
         skills=PgSkillStore(deps.pool) if agent.config.skills else None,
+        children=io,
+        decisions=loaded.decisions,
+        depth=c.depth,
     )
-    chain = Chain(default_stack(cfg))
-    io.control.max_parallel_tools = agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS
-    settings = LoopSettings(
-        max_turns=(over and over.max_turns) or agent.config.max_turns or s.max_turns,
-        provider_name=deps.provider.name,
-        capture_content=s.capture_content,
-        on_limit=agent.config.on_limit,
-        budget=budget,
-        deadline=deadline_of(budget, over, c.started_s),
-        prices=price_table(s),
-    )
-    pub = deps.text
 
     def on_text(delta: str) -> None:
         if obs is not None:
@@ -447,6 +450,5 @@ def _build_loop(
         if pub is not None:
             pub.add(run_id, delta)
 
-    return AgentLoop(
-        agent, chain, deps.registry.view(agent.tools), deps.provider, io, settings, on_text
-    )
+    settings = assembly_settings(deps.settings)
+    return assemble(agent, deps.provider, deps.registry, io, run, settings, on_text)

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hango_worker.agent.chain import Chain
-from hango_worker.agent.control import DEFAULT_MAX_PARALLEL_TOOLS, RunControl
-from hango_worker.agent.limits import RunOverrides, deadline_of, merge
-from hango_worker.agent.loop import AgentLoop, LoopSettings, RunInfo
+from hango_worker.agent.assemble import (
+    AssemblySettings,
+    RunParts,
+    assemble,
+    for_run,
+    memory_binding,
+)
+from hango_worker.agent.control import RunControl
+from hango_worker.agent.limits import RunOverrides
+from hango_worker.agent.loop import RunInfo
 from hango_worker.agent.middleware import Middleware
 from hango_worker.agent.middlewares.hitl import DecisionRecord
-from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
-from hango_worker.agent.middlewares.memory import MemoryBinding, scope_for
 from hango_worker.agent.ports import (
     Event,
     FileInfo,
@@ -32,7 +36,6 @@ from hango_worker.agent.ports import (
     WriteContext,
 )
 from hango_worker.agent.spec import AgentSpec
-from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.agent.state import FileWrite, State, dump_state
 from hango_worker.provider.types import (
     Message,
@@ -231,31 +234,45 @@ class InMemorySkillStore:
         return [self.skills[(tenant_id, n)][-1] for n in found if (tenant_id, n) in self.skills]
 
 
-def _default_stack(
+def _run_parts(
     agent: AgentSpec,
     state: State,
     io: MemoryRunIO,
+    limits: RunOverrides | None,
     memory: MemoryStore | None,
     memory_key: str | None,
     decisions: Mapping[str, DecisionRecord] | None,
     skills: SkillStore | None,
-) -> list[Middleware | None]:
-    """The default stack for the agent (an agent listing the memory tool gets `memory`,
-    or a fresh in-memory store; one enabling skills gets `skills`, or an empty store)."""
-    binding = None
-    if MEMORY_TOOL in agent.tools:
-        scope = scope_for(
-            agent.config.memory_scope or "agent",
-            tenant_id=state.tenant_id,
-            agent_id=agent.id,
-            session_id=state.session_id,
-            memory_key=memory_key,
-        )
-        binding = MemoryBinding(memory or InMemoryMemoryStore(), scope)
-    cfg = StackConfig.for_agent(
-        agent, io, 3, memory=binding, decisions=decisions, skills=skills or InMemorySkillStore()
+) -> RunParts:
+    """The run's ports in memory: `io` holds its files; an agent listing the memory tool
+    gets `memory`, or a fresh in-memory store; one enabling skills gets `skills`, or an
+    empty store."""
+    binding = memory_binding(
+        agent,
+        lambda: memory or InMemoryMemoryStore(),
+        tenant_id=state.tenant_id,
+        session_id=state.session_id,
+        memory_key=memory_key,
     )
-    return default_stack(cfg)
+    return RunParts(
+        started_s=time.time(),
+        overrides=limits,
+        files=io,
+        memory=binding,
+        skills=skills or InMemorySkillStore(),
+        decisions=decisions,
+    )
+
+
+def _settings(
+    settings: AssemblySettings | None, max_turns: int | None, capture_content: bool | None
+) -> AssemblySettings:
+    s = settings or AssemblySettings()
+    if max_turns is not None:
+        s = replace(s, max_turns=max_turns)
+    if capture_content is not None:
+        s = replace(s, capture_content=capture_content)
+    return s
 
 
 async def run_agent(
@@ -266,43 +283,37 @@ async def run_agent(
     stack: Sequence[Middleware | None] | None = None,
     state: State | None = None,
     io: MemoryRunIO | None = None,
-    max_turns: int = 20,
+    max_turns: int | None = None,
     on_text: TextSink | None = None,
     info: RunInfo | None = None,
-    capture_content: bool = False,
+    capture_content: bool | None = None,
     limits: RunOverrides | None = None,
     memory: MemoryStore | None = None,
     memory_key: str | None = None,
     decisions: Mapping[str, DecisionRecord] | None = None,
     skills: SkillStore | None = None,
+    params: Mapping[str, Any] | None = None,
+    settings: AssemblySettings | None = None,
 ) -> tuple[Outcome, State, MemoryRunIO]:
-    """Drive one run attempt in memory. `stack=None` → the default stack for the agent
-    (an agent listing the memory tool gets `memory`, or a fresh in-memory store);
-    `limits`: a producer's per-run limits (as `runs.input.limits`); `decisions`: a
-    person's decisions for a run resumed after waiting (with `info.not_started`)."""
-    budget = merge(agent.config, limits)
-    if limits is not None and limits.max_turns is not None:
-        max_turns = limits.max_turns
+    """Drive one run attempt in memory, assembled as the worker assembles it
+    (agent/assemble.py). `settings`: the worker's defaults (None: the worker's own
+    defaults); `max_turns`, `capture_content`: those settings' HANGO_MAX_TURNS and
+    HANGO_CAPTURE_CONTENT (the agent's config and `limits` still win, as in production);
+    `limits`: a producer's per-run limits (`runs.input.limits`); `params`: the run's
+    Messages API parameters (`runs.input.params`); `decisions`: a person's decisions for
+    a run resumed after waiting (with `info.not_started`). `stack=None` → the agent's
+    default stack (an agent listing the memory tool gets `memory`, or a fresh in-memory
+    store); a list replaces only the middlewares."""
+    state = state or make_state(agent)
+    agent = for_run(agent, state.tenant_id, params)
     registry = Registry(
         [*Registry.default(load_entry_points=False).view(["current_time", "calculator"]), *tools]
     )
-    state = state or make_state(agent)
     io = io or MemoryRunIO()
-    if stack is None:
-        stack = _default_stack(agent, state, io, memory, memory_key, decisions, skills)
     io.control.retry_base_s = 0.01
-    io.control.max_parallel_tools = agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS
-    settings = LoopSettings(
-        max_turns=max_turns,
-        provider_name=provider.name,
-        capture_content=capture_content,
-        on_limit=agent.config.on_limit,
-        budget=budget,
-        deadline=deadline_of(budget, limits, time.time()),
-    )
-    loop = AgentLoop(
-        agent, Chain(stack), registry.view(agent.tools), provider, io, settings, on_text
-    )
+    run = _run_parts(agent, state, io, limits, memory, memory_key, decisions, skills)
+    chosen = _settings(settings, max_turns, capture_content)
+    loop = assemble(agent, provider, registry, io, run, chosen, on_text, stack)
     info = info or RunInfo(persisted=0)
     outcome = await loop.run(state, info)
     return outcome, state, io
