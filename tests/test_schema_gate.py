@@ -12,7 +12,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,22 +80,34 @@ class _Serving:
         await asyncio.wait_for(self.task, 20)
 
 
+@pytest.fixture
+def gate_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The gate's log lines, whatever an earlier test did to propagation (a worker's
+    logging set-up stops `hango_worker` propagating to the root logger)."""
+    logger = logging.getLogger(GATE_LOG)
+    logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+
+
 def _served() -> float | None:
     return REGISTRY.get_sample_value("hango_schema_served")
 
 
 def _lines(caplog: pytest.LogCaptureFixture, start: str) -> list[str]:
+    # each record once: it reaches the handler on the gate's logger and, while
+    # `hango_worker` propagates, the same handler on the root logger
+    unique = {id(r): r for r in caplog.records}.values()
     return [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == GATE_LOG and r.getMessage().startswith(start)
+        r.getMessage() for r in unique if r.name == GATE_LOG and r.getMessage().startswith(start)
     ]
 
 
 async def test_a_worker_on_an_older_schema_claims_nothing_until_it_is_migrated(
-    pool: asyncpg.Pool, dsn: str, caplog: pytest.LogCaptureFixture
+    pool: asyncpg.Pool, dsn: str, gate_log: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger=GATE_LOG)
     head, previous = migrate.head_revision(), migrate.revisions()[-2].revision
     await make_agent(pool, tools=[])
     run_id = await enqueue(pool)
@@ -109,21 +121,20 @@ async def test_a_worker_on_an_older_schema_claims_nothing_until_it_is_migrated(
         assert await _status(pool, run_id) == ("queued", 0)
         assert _served() == 0
         # one line, not one per check: the next comes a minute later
-        assert _lines(caplog, "not claiming") == [f"not claiming: {gate.problem}"]
+        assert _lines(gate_log, "not claiming") == [f"not claiming: {gate.problem}"]
         await pool.execute("UPDATE alembic_version SET version_num = $1", head)
         async with asyncio.timeout(30):
             while (await _status(pool, run_id))[0] != "succeeded":
                 await asyncio.sleep(0.02)
         assert _served() == 1
-        assert _lines(caplog, "claiming again")
+        assert _lines(gate_log, "claiming again")
 
 
 async def test_a_contracting_migration_stops_the_claims_of_the_code_it_no_longer_serves(
-    pool: asyncpg.Pool, dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    pool: asyncpg.Pool, dsn: str, tmp_path: Path, gate_log: pytest.LogCaptureFixture
 ) -> None:
     """The next release migrates with a revision that no longer serves this code: the
     running worker stops claiming; the downgrade lets it claim again."""
-    caplog.set_level(logging.WARNING, logger=GATE_LOG)
     await make_agent(pool, tools=[])
     newer = newer_migrations(tmp_path)
     async with _Serving(dsn) as worker:
@@ -141,7 +152,7 @@ async def test_a_contracting_migration_stops_the_claims_of_the_code_it_no_longer
         async with asyncio.timeout(30):
             while (await _status(pool, run_id))[0] != "succeeded":
                 await asyncio.sleep(0.02)
-        assert len(_lines(caplog, "not claiming")) == 1
+        assert len(_lines(gate_log, "not claiming")) == 1
 
 
 def _downgrade_with(script_location: Path, dsn: str, revision: str) -> None:
@@ -155,9 +166,8 @@ def _downgrade_with(script_location: Path, dsn: str, revision: str) -> None:
 
 
 async def test_the_gate_logs_one_line_a_minute_and_checks_at_once_when_suspected(
-    pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+    pool: asyncpg.Pool, gate_log: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger=GATE_LOG)
     now = [1000.0]
     gate = SchemaGate(pool, every_s=60, blocked_every_s=5, log_every_s=60, clock=lambda: now[0])
     assert await gate.open() and gate.checks == 1
@@ -171,7 +181,7 @@ async def test_the_gate_logs_one_line_a_minute_and_checks_at_once_when_suspected
         now[0] += step
         assert not await gate.open()
     assert gate.checks == 7
-    assert len(_lines(caplog, "not claiming")) == 2
+    assert len(_lines(gate_log, "not claiming")) == 2
     # what makes a failed statement suspect the schema: an object it lacks
     assert schema_mismatch(asyncpg.UndefinedColumnError("no column"))
     assert schema_mismatch(asyncpg.UndefinedTableError("no table"))
