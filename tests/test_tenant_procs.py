@@ -67,3 +67,35 @@ async def test_three_workers_never_run_more_than_a_tenants_max_running(
     # on an idle machine). The count is printed, not asserted; the fleet-wide bound is
     # the sampled maximum above. Making the spread deterministic is an open task.
     print(f"limited tenant's runs started by {workers} worker(s)")
+
+
+async def test_the_limit_is_fleet_wide_between_workers_that_run_one_run_each(
+    pool: asyncpg.Pool, dsn: str, tmp_path: Path
+) -> None:
+    """Each worker runs one run at a time: two of the tenant's runs running at once are on
+    two workers, and the third worker, free, is held back by the fleet-wide count alone
+    (a limit kept per worker would let all three run)."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": "done", "delay_s": 0.3}]))
+    limited = await tenant_with_agent(pool, "limited", max_running=2)
+    env = worker_env(dsn, script, HANGO_WORKER_CONCURRENCY="1", HANGO_POLL_INTERVAL_S="0.05")
+    procs = [await start_worker(env) for _ in range(3)]
+    stop = asyncio.Event()
+    sampling = None
+    try:
+        await wait_listening(pool, 3)
+        await bulk_enqueue(pool, limited, 9)
+        ids = [r["id"] for r in await pool.fetch("SELECT id::text FROM runs")]
+        sampling = asyncio.ensure_future(_sample(pool, limited, stop))
+        rows = await wait_all_finished(pool, ids, timeout=120)
+    finally:
+        stop.set()
+        await asyncio.gather(*(stop_worker(p) for p in procs))
+    assert sampling is not None
+    seen = await sampling
+    assert {r["status"] for r in rows} == {"succeeded"}
+    assert max(seen) == 2, "the limit was exceeded, or never reached"
+    workers = await pool.fetchval(
+        "SELECT count(DISTINCT worker_id) FROM run_events WHERE type = 'run_started'"
+    )
+    assert workers >= 2  # two at once, one run per worker
