@@ -43,8 +43,8 @@ def test_default_stack_order_is_pinned() -> None:
 
 
 def test_the_skills_slot_is_index_0_for_agents_that_enable_skills() -> None:
-    cfg = StackConfig(allowlist=("load_skill",), skill_names=("pdf",), skills=InMemorySkillStore())
-    stack = default_stack(cfg)
+    a = agent(tools=["load_skill"], skills=["pdf"])
+    stack = default_stack(StackConfig.for_agent(a, None, 3, skills=InMemorySkillStore()))
     assert len(stack) == 12
     assert stack[0] is not None and stack[0].name == "skills"  # outermost
     chain = Chain(stack)
