@@ -31,7 +31,9 @@ def skills_problem(tools: list[str], config: AgentConfig) -> str | None:
 
 
 class LoopConfig(BaseModel):
-    """The loop's own keys of `agents.config` (agent/loop.py, agent/limits.py)."""
+    """The loop's own keys of `agents.config`: its turns, its requests' size and
+    sampling, its parallel tool calls, what a limit does (agent/loop.py, agent/limits.py;
+    run/execute.py builds the loop from them)."""
 
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
