@@ -407,7 +407,7 @@ def test_compaction_settings_are_validated() -> None:
     ]:
         with pytest.raises(ValueError, match=re.escape(word)):
             AgentConfig.model_validate(bad)
-    cfg = cp.CompactionConfig.of(AgentConfig.model_validate({"summary_model": "claude-haiku-4-5"}))
+    cfg = AgentConfig.model_validate({"summary_model": "claude-haiku-4-5"}).compaction()
     assert cfg == cp.CompactionConfig(summary_model="claude-haiku-4-5")
     assert context_window("claude-sonnet-4-5-20250929") == 200_000
     assert context_window("claude-sonnet-4-5", 1_000_000) == 1_000_000

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+from pydantic import BaseModel
 
+from hango_worker.agent import middlewares
 from hango_worker.agent.chain import Chain
-from hango_worker.agent.stack import StackConfig, default_stack
-from hango_worker.testing.inmem import InMemorySkillStore, run_agent
+from hango_worker.agent.limits import Budget
+from hango_worker.agent.middleware import ToolProvider
+from hango_worker.agent.middlewares import allowlist, skills
+from hango_worker.agent.middlewares.output import TOOL_NAME as FINAL_TOOL
+from hango_worker.agent.ports import MemoryBinding, MemoryScope
+from hango_worker.agent.spec import AgentConfig, LoopConfig
+from hango_worker.agent.stack import ORDER, PROVIDED_TOOLS, StackConfig, default_stack
+from hango_worker.agent.state import State
+from hango_worker.testing.inmem import InMemoryMemoryStore, InMemorySkillStore, run_agent
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
@@ -43,13 +54,79 @@ def test_default_stack_order_is_pinned() -> None:
 
 
 def test_the_skills_slot_is_index_0_for_agents_that_enable_skills() -> None:
-    cfg = StackConfig(allowlist=("load_skill",), skill_names=("pdf",), skills=InMemorySkillStore())
-    stack = default_stack(cfg)
+    a = agent(tools=["load_skill"], skills=["pdf"])
+    stack = default_stack(StackConfig.for_agent(a, None, 3, skills=InMemorySkillStore()))
     assert len(stack) == 12
     assert stack[0] is not None and stack[0].name == "skills"  # outermost
     chain = Chain(stack)
     assert [m.name for m in chain.run_hooks] == ["skills", "repair_tool_calls"]
     assert [m.name for m in chain.contributors][:2] == ["skills", "todo"]
+
+
+MIDDLEWARES = "hango_worker.agent.middlewares."
+
+
+def _modules() -> list[str]:
+    return sorted(
+        p.stem for p in Path(middlewares.__file__).parent.glob("*.py") if p.stem[0] != "_"
+    )
+
+
+def _sections() -> list[type[BaseModel]]:
+    """AgentConfig's bases that come from a middleware module."""
+    return [c for c in AgentConfig.__mro__[1:] if c.__module__.startswith(MIDDLEWARES)]
+
+
+def test_every_middleware_module_has_exactly_one_slot_in_order() -> None:
+    """Adding a middleware: one module (its middleware, config section and `build`) and
+    one line in ORDER; skills stays outermost and the allowlist innermost."""
+    slots = [build.__module__.removeprefix(MIDDLEWARES) for build in ORDER]
+    assert sorted(slots) == _modules()  # every module once, nothing else
+    assert len(set(slots)) == len(slots)
+    assert all(build.__name__ == "build" for build in ORDER)
+    assert ORDER[0] is skills.build and ORDER[-1] is allowlist.build
+    assert len(default_stack(StackConfig(allowlist=()))) == len(ORDER)
+
+
+def test_agent_config_is_the_sections_of_the_middlewares_plus_the_loops_own_keys() -> None:
+    """Each module with settings has one config section, inherited by AgentConfig;
+    its fields are exactly the sections', the loop's and the budget's, none in two."""
+    sections = _sections()
+    assert len({c.__module__ for c in sections}) == len(sections)  # one per module
+    for name in _modules():
+        module = importlib.import_module(MIDDLEWARES + name)
+        own = [
+            v
+            for k, v in vars(module).items()
+            if k.endswith("Config") and isinstance(v, type) and issubclass(v, BaseModel)
+        ]
+        assert [c for c in own if c.__module__ == module.__name__] == [
+            c for c in sections if c.__module__ == module.__name__
+        ], name
+    groups = [*sections, LoopConfig, Budget]
+    keys = [k for g in groups for k in g.model_fields]
+    assert len(keys) == len(set(keys))  # no key in two sections
+    assert set(keys) == set(AgentConfig.model_fields)
+    assert AgentConfig.model_config.get("extra") == "allow"  # the API's parameters
+
+
+def test_provided_tools_are_every_tool_the_stack_offers() -> None:
+    """PROVIDED_TOOLS (dropped quietly for an agent that does not list one) names every
+    tool a middleware offers, but the final answer tool, which the allowlist always has."""
+    every = (*PROVIDED_TOOLS, FINAL_TOOL)
+    a = agent(
+        tools=list(every), skills=["pdf"], output_schema={"type": "object"}, output_mode="tool"
+    )
+    memory = MemoryBinding(InMemoryMemoryStore(), MemoryScope("t", "a", "agent"))
+    cfg = StackConfig.for_agent(a, None, 3, memory=memory, skills=InMemorySkillStore())
+    state = State("r", "s", "a", "t")
+    offered = [
+        t.name
+        for m in default_stack(cfg)
+        if isinstance(m, ToolProvider)
+        for t in m.provide_tools(state)
+    ]
+    assert sorted(offered) == sorted(every)
 
 
 async def test_tool_order_view_then_provided_then_allowlist_filter() -> None:

@@ -17,13 +17,13 @@ from hango_worker.agent.chain import Chain
 from hango_worker.agent.control import DEFAULT_MAX_PARALLEL_TOOLS
 from hango_worker.agent.limits import RunOverrides, deadline_of, merge
 from hango_worker.agent.loop import AgentLoop, LoopSettings
-from hango_worker.agent.middleware import Middleware
+from hango_worker.agent.middleware import DEFAULT_REPEAT_CALL_THRESHOLD, Middleware
 from hango_worker.agent.middlewares.hitl import DecisionRecord
 from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.middlewares.memory import MemoryBinding, scope_for
 from hango_worker.agent.ports import ChildRuns, FileStore, MemoryStore, RunIO, SkillStore
 from hango_worker.agent.spec import AgentSpec, with_params, with_user_id
-from hango_worker.agent.stack import DEFAULT_REPEAT_CALL_THRESHOLD, StackConfig, default_stack
+from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Provider, TextSink
 from hango_worker.tool.registry import Registry

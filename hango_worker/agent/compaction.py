@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hango_worker.agent.context import ContextEstimate, media_chars, message_chars
 from hango_worker.agent.offload import offloaded
-from hango_worker.agent.spec import AgentConfig
 from hango_worker.provider.content import describe
 from hango_worker.provider.types import (
     Block,
@@ -46,24 +45,14 @@ DEFAULT_KEEP_TOOL_RESULTS = 5
 
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
-    """The agent's compaction settings (AgentConfig keys of the same names)."""
+    """The agent's compaction settings, resolved (the keys of the same names in
+    agent/middlewares/summarize.py:SummarizeConfig, each unset one at its default)."""
 
     context_window: int | None = None  # None: the model's window (agent/context.py)
     compact_trigger: float = DEFAULT_TRIGGER
     compact_target: float = DEFAULT_TARGET
     keep_tool_results: int = DEFAULT_KEEP_TOOL_RESULTS
     summary_model: str | None = None  # None: the agent's model
-
-    @classmethod
-    def of(cls, cfg: AgentConfig) -> CompactionConfig:
-        """The agent's settings, each unset one at its default."""
-        return cls(
-            context_window=cfg.context_window,
-            compact_trigger=cfg.compact_trigger or DEFAULT_TRIGGER,
-            compact_target=cfg.compact_target or DEFAULT_TARGET,
-            keep_tool_results=cfg.keep_tool_results or DEFAULT_KEEP_TOOL_RESULTS,
-            summary_model=cfg.summary_model,
-        )
 
 
 class CompactionState(BaseModel):

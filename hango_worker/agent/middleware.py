@@ -2,14 +2,22 @@
 
 A middleware is anything with a `name`. Capabilities are optional protocols,
 discovered once when the chain is built (`isinstance`), never per call.
+
+Each middleware module (agent/middlewares/) builds its middleware for one run
+attempt with `build(ctx: StackContext) -> Middleware | None`: the agent's settings
+(the module's own config section of `AgentConfig`) and the run's ports; None when
+the middleware is idle for the agent (agent/stack.py:default_stack skips it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from pydantic import BaseModel
+
+from hango_worker.agent.ports import ChildRuns, DecisionRecord, FileStore, MemoryBinding, SkillStore
 from hango_worker.agent.state import State
 from hango_worker.provider.types import (
     Message,
@@ -189,3 +197,58 @@ class AnswerCheck(Protocol):
     name: str
 
     def check_answer(self, state: State, resp: ModelResponse, last: bool) -> Answer | None: ...
+
+
+DEFAULT_REPEAT_CALL_THRESHOLD = 3
+Section = TypeVar("Section", bound=BaseModel)
+
+
+class AgentView(Protocol):
+    """What a middleware's `build` reads of the agent (agent/spec.py:AgentSpec)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def config(self) -> BaseModel: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StackContext:
+    """What every middleware module's `build` gets: the agent (its `config` is the
+    `AgentConfig` that inherits each module's config section), the tools it may use,
+    and the run's ports and values. Built once per run attempt (agent/stack.py)."""
+
+    allowlist: tuple[str, ...]
+    # the worker's default (HANGO_REPEAT_CALL_THRESHOLD); the agent's own one wins
+    repeat_call_threshold: int = DEFAULT_REPEAT_CALL_THRESHOLD
+    # the run's files (run_files); None: only writes still in the outbox can be read
+    files: FileStore | None = None
+    # the run's memory store and scope; required when the agent lists the memory tool
+    memory: MemoryBinding | None = None
+    # decisions for the pending turn of a run resumed after waiting (by tool_use id)
+    decisions: Mapping[str, DecisionRecord] = field(default_factory=dict)
+    # the run's child runs (subagents) and its depth (0: a top-level run)
+    children: ChildRuns | None = None
+    depth: int = 0
+    # the tenant's skill store (read port); required when the agent enables skills
+    skills: SkillStore | None = None
+    # None: every section at its defaults (a stack built without an agent, in tests)
+    agent: AgentView | None = None
+
+    @property
+    def model(self) -> str:
+        return "" if self.agent is None else self.agent.model
+
+    def settings(self, section: type[Section]) -> Section:
+        """The agent's settings for one middleware: its config section, which the
+        agent's config inherits (defaults when the stack has no agent)."""
+        if self.agent is None:
+            return section()
+        config = self.agent.config
+        if not isinstance(config, section):
+            raise TypeError(f"the agent's config has no {section.__name__} section")
+        return config
+
+
+Build = Callable[[StackContext], Middleware | None]

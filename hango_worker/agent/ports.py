@@ -10,6 +10,7 @@ from hango_worker.agent.control import RunControl
 from hango_worker.agent.state import State
 from hango_worker.provider.types import Message, ToolUseBlock, Usage
 from hango_worker.tool.types import ToolResult
+from hango_worker.vocab import Decision
 
 Status = Literal["succeeded", "failed", "cancelled", "released", "waiting"]
 
@@ -190,6 +191,26 @@ class MemoryStore(Protocol):
     async def delete(
         self, scope: MemoryScope, path: str, expected: int, by: WriteContext
     ) -> MemoryWrite: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBinding:
+    """Where a run's memory lives: the store (port) and the run's scope."""
+
+    store: MemoryStore
+    scope: MemoryScope
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """A person's decision for one call of the pending turn (a `run_decisions` row),
+    given to HumanInTheLoop by the attempt that resumes the run."""
+
+    decision: Decision
+    name: str  # the call it was made for (tool name and original arguments)
+    call_input: dict[str, Any]
+    input: dict[str, Any] | None = None  # approve with edited arguments
+    text: str | None = None  # reject's reason, or the answer
 
 
 @dataclass(frozen=True, slots=True)

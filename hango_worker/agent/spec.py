@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from hango_worker.agent.limits import Budget
-from hango_worker.agent.middlewares.hitl import ApprovalRule
+from hango_worker.agent.middlewares.filesystem import FilesystemConfig
+from hango_worker.agent.middlewares.hitl import HitlConfig
+from hango_worker.agent.middlewares.memory import MemoryConfig
+from hango_worker.agent.middlewares.output import OutputConfig
+from hango_worker.agent.middlewares.prompt_cache import PromptCacheConfig
+from hango_worker.agent.middlewares.repeat import RepeatConfig
+from hango_worker.agent.middlewares.skills import TOOL_NAME as LOAD_SKILL
+from hango_worker.agent.middlewares.skills import SkillsConfig
+from hango_worker.agent.middlewares.subagent import SubagentConfig
+from hango_worker.agent.middlewares.summarize import SummarizeConfig
 from hango_worker.provider import params as api
-from hango_worker.provider import structured
 from hango_worker.provider.types import TextBlock
-
-# a skill's name, as Anthropic's Agent Skills format allows it (store/skills.py checks it too)
-SKILL_NAME = r"^[a-z0-9]+(-[a-z0-9]+)*$"
-LOAD_SKILL = "load_skill"
 
 
 def skills_problem(tools: list[str], config: AgentConfig) -> str | None:
@@ -34,84 +30,49 @@ def skills_problem(tools: list[str], config: AgentConfig) -> str | None:
     return None
 
 
-class AgentConfig(Budget):
-    """`agents.config`. Unknown keys are rejected so a typo is not silently ignored.
-    The run budget's keys (tokens, tool calls, duration) come from `Budget`; beside
-    hango's keys, every Messages API request parameter the installed SDK knows
-    (provider/params.py: thinking, output_config, stop_sequences, metadata,
-    service_tier, betas, context_management, …), validated by the SDK's own types,
-    and `server_tools` (Anthropic's web search, web fetch, code execution, …)."""
+class LoopConfig(BaseModel):
+    """The loop's own keys of `agents.config`: its turns, its requests' size and
+    sampling, its parallel tool calls, what a limit does (agent/loop.py, agent/limits.py;
+    run/execute.py builds the loop from them)."""
 
-    model_config = ConfigDict(extra="allow")  # the API's parameters only (_api_params)
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_tokens: int = Field(default=4096, ge=1, le=128_000)
-    repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
     # a response's tool calls run side by side, at most this many at once (1: one after
     # another; None: agent/loop.py DEFAULT_MAX_PARALLEL_TOOLS)
     max_parallel_tools: int | None = Field(default=None, ge=1, le=64)
     temperature: float | None = Field(default=None, ge=0, le=1)
     # at a limit (max_turns): one last tool-free call for the answer, or fail (agent/limits.py)
     on_limit: Literal["answer", "fail"] = "answer"
-    # calls that wait for a person's approval (agent/middlewares/hitl.py), and for how long
-    approvals: list[ApprovalRule] = Field(default_factory=list)
-    approval_timeout_s: float | None = Field(default=None, gt=0, le=90 * 86400)
-    on_approval_timeout: Literal["reject", "fail"] = "reject"
-    # agents this one may delegate to with `task` (besides "general": itself), and how
-    # deep subagents may nest (agent/middlewares/subagent.py)
-    subagents: list[str] = Field(default_factory=list)
-    max_depth: int | None = Field(default=None, ge=1, le=10)
-    # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
-    offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
-    # whose long-term memory the `memory` tool edits: the agent's (shared by all its
-    # runs; None = "agent"), the session's, or the caller's (the run's `memory_key`)
-    memory_scope: Literal["agent", "session", "key"] | None = None
-    # compaction (middlewares/summarize.py); unset: the window, 0.8, 0.5, 5, the agent's model
-    context_window: int | None = Field(default=None, ge=1024, le=10_000_000)
-    compact_trigger: float | None = Field(default=None, gt=0, le=1)
-    compact_target: float | None = Field(default=None, gt=0, lt=1)
-    keep_tool_results: int | None = Field(default=None, ge=1, le=10_000)
-    summary_model: str | None = Field(default=None, min_length=1, max_length=200)
-
     server_tools: list[dict[str, Any]] | None = Field(default=None, max_length=64)
-    # a structured final answer (agent/middlewares/output.py, docs/structured-output.md): the JSON
-    # Schema it must match, and how it is asked for (auto: the API's structured outputs
-    # where the model has them, else the forced final tool)
-    output_schema: dict[str, Any] | None = None
-    output_mode: Literal["auto", "native", "tool"] = "auto"
 
-    @field_validator("output_schema")
-    @classmethod
-    def _valid_schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is not None:
-            try:
-                structured.check_schema(v)
-            except ValueError as e:
-                raise PydanticCustomError("output_schema", "{why}", {"why": str(e)}) from None
-        return v
 
-    @model_validator(mode="after")
-    def _output_schema(self) -> AgentConfig:
-        if self.output_schema is None:
-            return self
-        fmt = (self.model_extra or {}).get("output_config") or {}
-        if isinstance(fmt, dict) and fmt.get("format") is not None:
-            raise PydanticCustomError(
-                "output_schema",
-                "output_schema and output_config.format cannot both be set: "
-                "output_schema sends output_config.format itself",
-            )
-        if self.output_mode == "native":
-            try:
-                structured.output_format(self.output_schema)
-            except (ValueError, TypeError) as e:
-                raise PydanticCustomError(
-                    "output_schema",
-                    "output_schema: the API's structured outputs cannot express it ({why}); "
-                    "use output_mode auto or tool",
-                    {"why": str(e)},
-                ) from None
-        return self
+# pydantic orders the fields, and runs the sections' validators, from the LAST base to
+# the first: the stored keys read Budget's, the loop's, then each middleware's.
+class AgentConfig(
+    SkillsConfig,  # agent/middlewares/skills.py: skills
+    PromptCacheConfig,  # agent/middlewares/prompt_cache.py: cache_ttl
+    OutputConfig,  # agent/middlewares/output.py: output_schema, output_mode
+    SummarizeConfig,  # agent/middlewares/summarize.py: the compaction keys
+    MemoryConfig,  # agent/middlewares/memory.py: memory_scope
+    FilesystemConfig,  # agent/middlewares/filesystem.py: offload_threshold_bytes
+    SubagentConfig,  # agent/middlewares/subagent.py: subagents, max_depth
+    HitlConfig,  # agent/middlewares/hitl.py: approvals and their timeout
+    RepeatConfig,  # agent/middlewares/repeat.py: repeat_call_threshold
+    LoopConfig,  # the loop's own keys (above)
+    Budget,  # agent/limits.py: the run budget (tokens, tool calls, duration)
+):
+    """`agents.config`: one flat JSON object, composed of config sections. Each
+    middleware module that has settings holds its section (exactly the keys it reads),
+    so a new setting is added in its middleware's module only; the loop's own keys are
+    `LoopConfig`'s, the run budget's `Budget`'s. Unknown keys are rejected so a typo is
+    not silently ignored; beside hango's keys, every Messages API request parameter the
+    installed SDK knows (provider/params.py: thinking, output_config, stop_sequences,
+    metadata, service_tier, betas, context_management, …), validated by the SDK's own
+    types, and `server_tools` (Anthropic's web search, web fetch, code execution, …)."""
 
+    model_config = ConfigDict(extra="allow")  # the API's parameters only (_api_params)
+
+    # the API's parameters are this object's extra keys: checked after every section
     @model_validator(mode="after")
     def _api_params(self) -> AgentConfig:
         extra = self.model_extra or {}
@@ -135,28 +96,6 @@ class AgentConfig(Budget):
     def api_params(self) -> dict[str, Any]:
         """The Messages API parameters set for this agent (sent with every model call)."""
         return {k: v for k, v in (self.model_extra or {}).items() if v is not None}
-
-    @model_validator(mode="after")
-    def _target_below_trigger(self) -> AgentConfig:
-        trigger = 0.8 if self.compact_trigger is None else self.compact_trigger
-        target = 0.5 if self.compact_target is None else self.compact_target
-        if target >= trigger:
-            raise ValueError(f"compact_target ({target}) must be below compact_trigger ({trigger})")
-        return self
-
-    # prompt-cache TTL of the stable prefix (tools + system); see agent/middlewares/prompt_cache.py
-    cache_ttl: Literal["5m", "1h"] = "5m"
-    # Agent Skills enabled for the agent, by name (agent/middlewares/skills.py); needs the
-    # `load_skill` tool in the agent's tools
-    skills: list[Annotated[str, StringConstraints(pattern=SKILL_NAME, max_length=64)]] = Field(
-        default_factory=list, max_length=100
-    )
-
-    @model_validator(mode="after")
-    def _skills_unique(self) -> AgentConfig:
-        if len(set(self.skills)) != len(self.skills):
-            raise ValueError("skills lists a skill twice")
-        return self
 
 
 def with_params(config: AgentConfig, params: Mapping[str, Any]) -> AgentConfig:

@@ -65,7 +65,7 @@ def cache_stack(
 ) -> list[Middleware | None]:
     """default_stack for `agent`; with `cache=False`, its PromptCache slot left out;
     `memory`: the store and scope for an agent that lists the memory tool."""
-    cfg = StackConfig(tuple(agent.tools), 3, memory=memory, cache_ttl=agent.config.cache_ttl)
+    cfg = StackConfig(tuple(agent.tools), 3, memory=memory, agent=agent)
     stack = default_stack(cfg)
     if not cache:
         stack[PROMPT_CACHE_SLOT] = None

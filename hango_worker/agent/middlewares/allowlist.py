@@ -8,12 +8,23 @@ from hango_worker.agent.middleware import (
     ModelHandler,
     ModelRequest,
     ModelResponse,
+    StackContext,
     ToolCallRequest,
     ToolHandler,
 )
+from hango_worker.agent.middlewares.filesystem import FILE_TOOLS
+from hango_worker.agent.middlewares.hitl import ASK_USER
+from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
+from hango_worker.agent.middlewares.skills import TOOL_NAME as SKILL_TOOL
+from hango_worker.agent.middlewares.subagent import TOOL_NAME as TASK_TOOL
+from hango_worker.agent.middlewares.todo import TOOL_NAME as TODO_TOOL
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import deny_tool_call, middleware_event
 from hango_worker.tool.types import ToolResult
+
+# tools the stack's middlewares offer (each only to agents that list it); a middleware
+# that offers a new tool adds it here (tests/test_stack.py checks the list is complete)
+PROVIDED_TOOLS = (TODO_TOOL, *FILE_TOOLS, MEMORY_TOOL, ASK_USER, TASK_TOOL, SKILL_TOOL)
 
 
 class ToolAllowlist:
@@ -79,3 +90,8 @@ class ToolAllowlist:
             f"tool '{req.call.name}' is not allowed for this agent "
             f"(allowed: {self._listing}); it was not run"
         )
+
+
+def build(ctx: StackContext) -> ToolAllowlist:
+    """`provided`: tools this stack offers every agent; unlisted ones are dropped quietly."""
+    return ToolAllowlist(ctx.allowlist, provided=PROVIDED_TOOLS)

@@ -20,8 +20,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from hango_worker.agent import files as f
-from hango_worker.agent.middleware import ToolCallRequest, ToolHandler
+from hango_worker.agent.middleware import StackContext, ToolCallRequest, ToolHandler
 from hango_worker.agent.offload import OFFLOAD_DIR, offload_path, pointer_text
 from hango_worker.agent.ports import FileInfo, FileStore
 from hango_worker.agent.state import FileWrite, State
@@ -33,6 +35,14 @@ from hango_worker.tool.types import Tool, ToolContext, ToolResult
 DEFAULT_OFFLOAD_THRESHOLD_BYTES = 20_000
 OFFLOADED_EVENT = "middleware.tool_result_offloaded"
 FILE_TOOLS = ("ls", "read_file", "grep", "write_file", "edit_file")
+
+
+class FilesystemConfig(BaseModel):
+    """The agent's setting (`agents.config`, a section of AgentConfig)."""
+
+    # tool results larger than this (UTF-8 bytes) go to a run file (None: 20_000)
+    offload_threshold_bytes: int | None = Field(default=None, ge=1_000, le=100_000_000)
+
 
 _STR = {"type": "string"}
 _PATH = {"type": "string", "description": "absolute path, e.g. /notes/plan.md"}
@@ -265,3 +275,8 @@ class Filesystem:
         for w in state.file_writes:
             found[w.path] = FileInfo(w.path, w.size, w.tool_use_id)
         return sorted(found.values(), key=lambda i: i.path)
+
+
+def build(ctx: StackContext) -> Filesystem:
+    own = ctx.settings(FilesystemConfig).offload_threshold_bytes
+    return Filesystem(ctx.files, own or DEFAULT_OFFLOAD_THRESHOLD_BYTES)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import re2
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
+from hango_worker.agent.middleware import StackContext, SuspendRun, ToolCallRequest, ToolHandler
+from hango_worker.agent.ports import DecisionRecord as DecisionRecord  # callers import it here
 from hango_worker.agent.state import State
 from hango_worker.provider.types import ToolUseBlock
 from hango_worker.telemetry import metrics
@@ -110,15 +110,13 @@ class ApprovalRule(BaseModel):
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class DecisionRecord:
-    """A decision for one call of the pending turn (a `run_decisions` row)."""
+class HitlConfig(BaseModel):
+    """The agent's settings (`agents.config`, a section of AgentConfig): calls that wait
+    for a person's approval, and for how long."""
 
-    decision: Decision
-    name: str  # the call it was made for (tool name and original arguments)
-    call_input: dict[str, Any]
-    input: dict[str, Any] | None = None  # approve with edited arguments
-    text: str | None = None  # reject's reason, or the answer
+    approvals: list[ApprovalRule] = Field(default_factory=list)
+    approval_timeout_s: float | None = Field(default=None, gt=0, le=90 * 86400)
+    on_approval_timeout: Literal["reject", "fail"] = "reject"
 
 
 class HumanInTheLoop:
@@ -209,3 +207,10 @@ def next_rule(
 ) -> ApprovalRule | None:
     """The first rule that asks for approval of this call, or None."""
     return next((r for r in rules if r.matches(name, args)), None)
+
+
+def build(ctx: StackContext) -> HumanInTheLoop:
+    c = ctx.settings(HitlConfig)
+    return HumanInTheLoop(
+        c.approvals, ctx.allowlist, ctx.decisions, c.approval_timeout_s, c.on_approval_timeout
+    )

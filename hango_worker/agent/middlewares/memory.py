@@ -15,15 +15,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry import trace
 from pydantic import BaseModel, Field
 
 from hango_worker.agent import memory_files as mf
 from hango_worker.agent.memory_files import MemoryToolError
-from hango_worker.agent.ports import MemoryEntry, MemoryScope, MemoryStore, MemoryWrite
+from hango_worker.agent.middleware import StackContext
+from hango_worker.agent.ports import MemoryBinding as MemoryBinding  # callers import it from here
+from hango_worker.agent.ports import MemoryEntry, MemoryScope, MemoryWrite
 from hango_worker.agent.ports import WriteContext as By
 from hango_worker.agent.state import State, load_private, store_private
 from hango_worker.provider.types import TextBlock
@@ -79,6 +80,15 @@ _SCOPE_WORDS = {
 }
 
 
+class MemoryConfig(BaseModel):
+    """The agent's setting (`agents.config`, a section of AgentConfig), read by whoever
+    binds the run's memory (`scope_for`): whose long-term memory the `memory` tool
+    edits — the agent's (shared by all its runs; None = "agent"), the session's, or
+    the caller's (the run's `memory_key`)."""
+
+    memory_scope: Literal["agent", "session", "key"] | None = None
+
+
 class MemoryScopeError(ValueError):
     """The run cannot be given a memory scope (e.g. scope 'key' without a memory_key)."""
 
@@ -126,14 +136,6 @@ class MemorySeen(BaseModel):
         if version is not None:
             self.seen.append((path, version))
         del self.seen[: max(0, len(self.seen) - MAX_SEEN)]
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryBinding:
-    """Where a run's memory lives: the store (port) and the run's scope."""
-
-    store: MemoryStore
-    scope: MemoryScope
 
 
 def _record(command: str, result: str, **attrs: Any) -> None:
@@ -403,3 +405,12 @@ class Memory:
     def _fenced(command: str) -> ToolResult:
         metrics.MEMORY_WRITES.labels(command, "fenced").inc()
         return ToolResult.error(FENCED)
+
+
+def build(ctx: StackContext) -> Memory | None:
+    """Only for agents that list its tool (others: no load, no block)."""
+    if TOOL_NAME not in ctx.allowlist:
+        return None
+    if ctx.memory is None:
+        raise ValueError("the agent lists the memory tool but the stack has no memory store")
+    return Memory(ctx.memory)

@@ -1,7 +1,7 @@
 """Output: the run's final answer as JSON matching the agent's `output_schema`
 (docs/structured-output.md).
 
-Two ways to ask for it, chosen once per run (`OutputSpec.for_agent`):
+Two ways to ask for it, chosen once per run (`OutputSpec.of`):
 
 - **native**: the API's structured outputs. Every request carries
   `output_config.format` (provider/structured.py:output_format, merged into the
@@ -29,16 +29,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from hango_worker.agent.middleware import (
     Answer,
     ModelHandler,
     ModelRequest,
     ModelResponse,
+    StackContext,
 )
-from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, load_private, store_private
+from hango_worker.provider import structured
 from hango_worker.provider.structured import (
     Violation,
     native_support,
@@ -70,6 +72,48 @@ _FINAL_STOPS = (StopReason.END_TURN, StopReason.STOP_SEQUENCE, StopReason.TOOL_U
 Mode = Literal["native", "tool"]
 
 
+class OutputConfig(BaseModel):
+    """The agent's settings (`agents.config`, a section of AgentConfig): the JSON Schema
+    its final answer must match, and how it is asked for (auto: the API's structured
+    outputs where the model has them, else the forced final tool)."""
+
+    output_schema: dict[str, Any] | None = None
+    output_mode: Literal["auto", "native", "tool"] = "auto"
+
+    @field_validator("output_schema")
+    @classmethod
+    def _valid_schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                structured.check_schema(v)
+            except ValueError as e:
+                raise PydanticCustomError("output_schema", "{why}", {"why": str(e)}) from None
+        return v
+
+    @model_validator(mode="after")
+    def _output_schema(self) -> OutputConfig:
+        if self.output_schema is None:
+            return self
+        fmt = (self.model_extra or {}).get("output_config") or {}  # AgentConfig's API keys
+        if isinstance(fmt, dict) and fmt.get("format") is not None:
+            raise PydanticCustomError(
+                "output_schema",
+                "output_schema and output_config.format cannot both be set: "
+                "output_schema sends output_config.format itself",
+            )
+        if self.output_mode == "native":
+            try:
+                structured.output_format(self.output_schema)
+            except (ValueError, TypeError) as e:
+                raise PydanticCustomError(
+                    "output_schema",
+                    "output_schema: the API's structured outputs cannot express it ({why}); "
+                    "use output_mode auto or tool",
+                    {"why": str(e)},
+                ) from None
+        return self
+
+
 class OutputState(BaseModel):
     """Private state `output`: how many final answers broke the schema so far."""
 
@@ -90,14 +134,14 @@ class OutputSpec:
     mode: Mode
 
     @classmethod
-    def for_agent(cls, agent: AgentSpec) -> OutputSpec | None:
-        """The agent's output_schema and the way it is asked for (None: no schema)."""
-        c = agent.config
+    def of(cls, c: OutputConfig, model: str) -> OutputSpec | None:
+        """The agent's output_schema and the way it is asked for with its `model`
+        (None: no schema)."""
         if c.output_schema is None:
             return None
         mode: Mode
         if c.output_mode == "auto":
-            native = native_support(agent.model) and _expressible(c.output_schema)
+            native = native_support(model) and _expressible(c.output_schema)
             mode = "native" if native else "tool"
         else:
             mode = c.output_mode
@@ -243,3 +287,10 @@ def _text(text: str) -> Message:
 
 def _result(call_id: str, text: str, is_error: bool) -> Message:
     return Message("user", [ToolResultBlock(call_id, text, is_error=is_error)])
+
+
+def build(ctx: StackContext) -> Output | None:
+    """Only for agents with an output_schema (the final tool, in tool mode, is in the
+    allowlist: agent/stack.py:StackConfig.for_agent)."""
+    spec = OutputSpec.of(ctx.settings(OutputConfig), ctx.model)
+    return None if spec is None else Output(spec)

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import BaseModel
+
 from hango_worker.agent.middleware import (
     ModelHandler,
     ModelRequest,
     ModelResponse,
+    StackContext,
     SystemLayout,
 )
 from hango_worker.provider.types import (
@@ -47,6 +50,13 @@ NAME = "prompt_cache"
 MAX_BREAKPOINTS = 4  # the API's limit per request
 CacheTTL = Literal["5m", "1h"]
 EVENT = "middleware.cache_breakpoints"
+
+
+class PromptCacheConfig(BaseModel):
+    """The agent's setting (`agents.config`, a section of AgentConfig)."""
+
+    # prompt-cache TTL of the stable prefix (tools + system)
+    cache_ttl: CacheTTL = "5m"
 
 
 def cache_control(ttl: CacheTTL) -> CacheControl:
@@ -143,3 +153,7 @@ class PromptCache:
             },
         )
         return evolve(request, tools=tools, system=system, messages=messages)
+
+
+def build(ctx: StackContext) -> PromptCache:
+    return PromptCache(ctx.settings(PromptCacheConfig).cache_ttl)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hango_worker.agent.middleware import StackContext
 from hango_worker.agent.state import State
 from hango_worker.provider.types import Message, ToolResultBlock, ToolUseBlock
 from hango_worker.telemetry.tracing import middleware_event
@@ -63,3 +64,7 @@ class RepairToolCalls:
                 "dangling tool_use repaired",
                 **{"hango.repair.count": added},
             )
+
+
+def build(ctx: StackContext) -> RepairToolCalls:
+    return RepairToolCalls()

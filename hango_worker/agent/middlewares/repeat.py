@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from hango_worker.agent.middleware import SuspendRun, ToolCallRequest, ToolHandler
+from hango_worker.agent.middleware import StackContext, SuspendRun, ToolCallRequest, ToolHandler
 from hango_worker.agent.state import State, load_private, store_private
 from hango_worker.telemetry import metrics
 from hango_worker.telemetry.tracing import middleware_event
@@ -38,6 +38,13 @@ def call_key(name: str, args: Any) -> str:
 # first (a loop repeats recent calls, not one from a hundred calls ago). A list,
 # not a dict: jsonb does not keep object key order, so "oldest" must be explicit.
 MAX_TRACKED = 64
+
+
+class RepeatConfig(BaseModel):
+    """The agent's setting (`agents.config`, a section of AgentConfig)."""
+
+    # the Nth identical call is blocked (None: the worker's HANGO_REPEAT_CALL_THRESHOLD)
+    repeat_call_threshold: int | None = Field(default=None, ge=2, le=1000)
 
 
 class RepeatState(BaseModel):
@@ -129,3 +136,8 @@ def _batch_ids(state: State) -> set[str]:
         if m.role == "assistant":
             return {u.id for u in m.tool_uses()}
     return set()
+
+
+def build(ctx: StackContext) -> RepeatCall:
+    own = ctx.settings(RepeatConfig).repeat_call_threshold
+    return RepeatCall(threshold=own or ctx.repeat_call_threshold)

@@ -18,10 +18,12 @@ on the span event (`hango.skills.missing`); `load_skill` on it is a tool error.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 from opentelemetry import trace
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
+from hango_worker.agent.middleware import StackContext
 from hango_worker.agent.ports import Skill, SkillStore
 from hango_worker.agent.state import State
 from hango_worker.provider.types import TextBlock
@@ -45,6 +47,26 @@ SCHEMA: dict[str, Any] = {
     },
     "required": ["name"],
 }
+
+
+# a skill's name, as Anthropic's Agent Skills format allows it (store/skills.py checks it too)
+SKILL_NAME = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+
+
+class SkillsConfig(BaseModel):
+    """The agent's setting (`agents.config`, a section of AgentConfig): the Agent Skills
+    enabled for it, by name; they need the `load_skill` tool in the agent's tools
+    (agent/spec.py:skills_problem)."""
+
+    skills: list[Annotated[str, StringConstraints(pattern=SKILL_NAME, max_length=64)]] = Field(
+        default_factory=list, max_length=100
+    )
+
+    @model_validator(mode="after")
+    def _skills_unique(self) -> SkillsConfig:
+        if len(set(self.skills)) != len(self.skills):
+            raise ValueError("skills lists a skill twice")
+        return self
 
 
 def render(skills: list[Skill]) -> str:
@@ -134,3 +156,13 @@ class Skills:
             )
         _record("file", **attrs)
         return ToolResult(text)
+
+
+def build(ctx: StackContext) -> Skills | None:
+    """Only for agents that enable some (others: no load, no block)."""
+    names = tuple(ctx.settings(SkillsConfig).skills)
+    if not names:
+        return None
+    if ctx.skills is None:
+        raise ValueError("the agent enables skills but the stack has no skill store")
+    return Skills(ctx.skills, names)

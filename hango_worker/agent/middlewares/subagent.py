@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from hango_worker.agent.middleware import AwaitChild, ToolCallRequest, ToolHandler
+from pydantic import BaseModel, Field
+
+from hango_worker.agent.middleware import AwaitChild, StackContext, ToolCallRequest, ToolHandler
 from hango_worker.agent.ports import ChildRun, ChildRuns
 from hango_worker.agent.state import State
 from hango_worker.telemetry.tracing import current_traceparent, middleware_event
@@ -45,6 +47,14 @@ def schema(types: Iterable[str]) -> dict[str, Any]:
         "required": ["description"],
         "additionalProperties": False,
     }
+
+
+class SubagentConfig(BaseModel):
+    """The agent's settings (`agents.config`, a section of AgentConfig): the agents it may
+    delegate to with `task` (besides "general": itself), and how deep subagents nest."""
+
+    subagents: list[str] = Field(default_factory=list)
+    max_depth: int | None = Field(default=None, ge=1, le=10)  # None: DEFAULT_MAX_DEPTH
 
 
 class Subagent:
@@ -107,3 +117,11 @@ def _result(child: ChildRun) -> ToolResult:
         return ToolResult(child.answer or "(the subagent finished without a text answer)")
     why = (child.error or {}).get("message") or child.status
     return ToolResult.error(f"the subagent run {child.id} {child.status}: {why}")
+
+
+def build(ctx: StackContext) -> Subagent | None:
+    """Only for agents that list its `task` tool."""
+    if TOOL_NAME not in ctx.allowlist:
+        return None
+    c = ctx.settings(SubagentConfig)
+    return Subagent(ctx.children, c.subagents, ctx.depth, c.max_depth or DEFAULT_MAX_DEPTH)

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, Field, model_validator
+
 from hango_worker.agent import compaction as cp
 from hango_worker.agent.context import (
     context_window,
@@ -35,6 +37,7 @@ from hango_worker.agent.middleware import (
     ModelHandler,
     ModelRequest,
     ModelResponse,
+    StackContext,
     SystemRewrite,
 )
 from hango_worker.agent.state import load_private, store_private
@@ -46,6 +49,35 @@ from hango_worker.vocab import ErrorType
 SUMMARY_MAX_TOKENS = 2048
 SUMMARY_INPUT_FRACTION = 0.5  # of the summary model's window, for the transcript
 NOTE_CHARS = 160  # about what the head note adds when turns are dropped
+
+
+class SummarizeConfig(BaseModel):
+    """The agent's compaction settings (`agents.config`, a section of AgentConfig);
+    unset: the model's window, 0.8, 0.5, 5, the agent's model."""
+
+    context_window: int | None = Field(default=None, ge=1024, le=10_000_000)
+    compact_trigger: float | None = Field(default=None, gt=0, le=1)
+    compact_target: float | None = Field(default=None, gt=0, lt=1)
+    keep_tool_results: int | None = Field(default=None, ge=1, le=10_000)
+    summary_model: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _target_below_trigger(self) -> SummarizeConfig:
+        trigger = cp.DEFAULT_TRIGGER if self.compact_trigger is None else self.compact_trigger
+        target = cp.DEFAULT_TARGET if self.compact_target is None else self.compact_target
+        if target >= trigger:
+            raise ValueError(f"compact_target ({target}) must be below compact_trigger ({trigger})")
+        return self
+
+    def compaction(self) -> cp.CompactionConfig:
+        """These settings, each unset one at its default."""
+        return cp.CompactionConfig(
+            context_window=self.context_window,
+            compact_trigger=self.compact_trigger or cp.DEFAULT_TRIGGER,
+            compact_target=self.compact_target or cp.DEFAULT_TARGET,
+            keep_tool_results=self.keep_tool_results or cp.DEFAULT_KEEP_TOOL_RESULTS,
+            summary_model=self.summary_model,
+        )
 
 
 @dataclass(slots=True)
@@ -280,3 +312,7 @@ def dropped_plus(dropped: Usage, kept: Usage) -> Usage:
         setattr(total, key, getattr(kept, key))
     total.service_tiers = None
     return total
+
+
+def build(ctx: StackContext) -> Summarization:
+    return Summarization(ctx.settings(SummarizeConfig).compaction())

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from hango_worker.agent.middleware import StackContext
 from hango_worker.agent.state import State
 from hango_worker.agent.state import Todo as TodoItem
 from hango_worker.provider.types import TextBlock
@@ -133,3 +134,7 @@ class Todo:
         if not state.todos:
             return []
         return [TextBlock(text=render(state.todos))]
+
+
+def build(ctx: StackContext) -> Todo:
+    return Todo()
