@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from hango_worker.cli.inputs import name
+from hango_worker.cli import inputs
 from hango_worker.config import Settings
 
 Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
@@ -41,7 +41,7 @@ def tenant_option(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--tenant",
         dest="tenant_name",
-        type=name,
+        type=inputs.name,
         metavar="TENANT",
         help="the tenant's name or id (default: the default tenant)",
     )
