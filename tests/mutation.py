@@ -142,7 +142,7 @@ PROFILES = {
     ),
     # the run console over HTTP (a real uvicorn per test): auth, CSRF, pages, decisions
     "console": Profile(
-        only_mutate=("hango_worker/console/*",),
+        only_mutate=("hango_worker/console/*", "hango_worker/store/console_queries.py"),
         tests=("tests/test_console.py",),
         database=True,
     ),

@@ -259,7 +259,7 @@ def test_the_console_is_off_without_credentials_and_on_loopback_by_default(dsn: 
 async def test_the_runs_page_query_is_on_the_index_with_100000_finished_runs(
     pool: asyncpg.Pool,
 ) -> None:
-    from hango_worker.console.queries import RUNS_PAGE
+    from hango_worker.store.console_queries import RUNS_PAGE
 
     await make_agent(pool)
     agent_id = await pool.fetchval("SELECT id::text FROM agents")

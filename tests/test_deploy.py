@@ -734,7 +734,7 @@ def gc_command_lines() -> list[list[str]]:
 
 
 def test_gc_command_line_matches_the_docs_and_the_cronjob() -> None:
-    """The CLI's `gc` accepts every invocation documented (wired in hango_worker/cli.py)."""
+    """The CLI's `gc` accepts every invocation documented (wired in hango_worker/cli/gc.py)."""
     from hango_worker.cli import build_parser
 
     lines = gc_command_lines()

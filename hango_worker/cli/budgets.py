@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
 from typing import Any
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import out, pool_for, print_rows, tenant_of
+from hango_worker.cli.database import pool_for, tenant_of
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import name
+from hango_worker.cli.output import out, print_rows
+from hango_worker.cli.subcommands import Subcommands, command, group
 from hango_worker.config import Settings
 from hango_worker.store import budgets as b
 
@@ -27,11 +28,9 @@ def usd(value: str) -> float:
     return v
 
 
-def add_commands(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
-    bs = sub.add_parser(
-        "budgets", help="spend budgets in USD per tenant or agent, per UTC day or month"
-    ).add_subparsers(dest="sub", required=True, metavar="SUBCOMMAND")
-    st = cmd("set", cmd_budgets_set, "create or change a budget", bs)
+def register(sub: Subcommands) -> None:
+    bs = group(sub, "budgets", "spend budgets in USD per tenant or agent, per UTC day or month")
+    st = command(bs, "set", cmd_budgets_set, "create or change a budget", tenanted=True)
     st.add_argument("--agent", type=name, help="the agent's name or id (default: the tenant)")
     st.add_argument("--period", required=True, choices=b.PERIODS, help="a UTC calendar window")
     st.add_argument("--usd", required=True, type=usd, help="the limit (0 stops every call)")
@@ -42,10 +41,18 @@ def add_commands(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
         help="what a run does when the budget is spent (default: wait)",
     )
     st.add_argument("--json", action="store_true")
-    sh = cmd("show", cmd_budgets_show, "the tenant's budgets: limit, spent, held, waiting", bs)
+    sh = command(
+        bs,
+        "show",
+        cmd_budgets_show,
+        "the tenant's budgets: limit, spent, held, waiting",
+        tenanted=True,
+    )
     sh.add_argument("--all", action="store_true", help="every tenant's")
     sh.add_argument("--json", action="store_true")
-    rm = cmd("rm", cmd_budgets_rm, "remove a budget (its waiting runs go on)", bs)
+    rm = command(
+        bs, "rm", cmd_budgets_rm, "remove a budget (its waiting runs go on)", tenanted=True
+    )
     rm.add_argument("--agent", type=name, help="the agent's name or id (default: the tenant)")
     rm.add_argument("--period", choices=b.PERIODS, help="default: both periods")
 

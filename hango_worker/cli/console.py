@@ -5,8 +5,20 @@ from __future__ import annotations
 import argparse
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import database
+from hango_worker.cli.database import database
+from hango_worker.cli.subcommands import Subcommands, command
 from hango_worker.config import Settings
+
+
+def register(sub: Subcommands) -> None:
+    command(
+        sub,
+        "console",
+        cmd_console,
+        "serve the run console (web pages) on HANGO_CONSOLE_HOST:HANGO_CONSOLE_PORT; needs "
+        "HANGO_CONSOLE_TOKENS or HANGO_CONSOLE_PROXY_HEADER",
+        tenanted=False,
+    )
 
 
 async def cmd_console(s: Settings, a: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
-"""`runs approve|reject|answer` (a person's decision about a waiting run), `runs fork`
-and `runs history`."""
+"""`runs approve|reject|answer`: a person's decision about the call a waiting run waits
+on, or the answer to its question (store/decisions.py; docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,35 @@ import json
 from typing import Any
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import pool_for, tenant_of
+from hango_worker.cli.database import pool_for, tenant_of
 from hango_worker.cli.exits import CliError
-from hango_worker.cli.inputs import json_arg, read_input
+from hango_worker.cli.inputs import a_uuid, json_arg, text
+from hango_worker.cli.runs import verbs
+from hango_worker.cli.subcommands import Subcommands, command
 from hango_worker.config import Settings
-from hango_worker.render import safe
 from hango_worker.store import decisions, repo
 from hango_worker.vocab import Decision
+
+
+def register(sub: Subcommands) -> None:
+    rs = verbs(sub)
+    for verb, fn, h in (
+        ("approve", cmd_runs_approve, "approve the call a waiting run waits on"),
+        ("reject", cmd_runs_reject, "reject the call a waiting run waits on, with a reason"),
+        ("answer", cmd_runs_answer, "answer the question a waiting run asks"),
+    ):
+        sp = command(rs, verb, fn, h, tenanted=True)
+        sp.add_argument("run_id", type=a_uuid("a run id"))
+        sp.add_argument("--call", type=text, metavar="CALL_ID", help="the call (default: pending)")
+        sp.add_argument("--json", action="store_true")
+        if verb == "approve":
+            sp.add_argument(
+                "--input", type=text, metavar="JSON", help="run it with these arguments"
+            )
+        if verb == "reject":
+            sp.add_argument("--reason", type=text, required=True, help="told to the model")
+        if verb == "answer":
+            sp.add_argument("--text", type=text, required=True, help="the answer")
 
 
 def _edited(raw: str | None) -> Any:
@@ -60,51 +82,3 @@ async def cmd_runs_reject(s: Settings, a: argparse.Namespace) -> int:
 
 async def cmd_runs_answer(s: Settings, a: argparse.Namespace) -> int:
     return await _decide(s, a, Decision.ANSWER, text=a.text)
-
-
-async def cmd_runs_fork(s: Settings, a: argparse.Namespace) -> int:
-    from hango_worker.store import fork
-
-    text = read_input(a.input, a.input_file) if (a.input or a.input_file) else None
-    try:
-        async with pool_for(s) as (_, pool):
-            ids = await fork.fork(pool, await tenant_of(pool, a), a.run_id, a.at_turn, text)
-    except ValueError as e:
-        if isinstance(e, repo.Conflict):
-            raise
-        raise CliError(str(e)) from None
-    print(json.dumps(ids) if a.json else ids["run_id"])
-    return exits.OK
-
-
-async def cmd_runs_history(s: Settings, a: argparse.Namespace) -> int:
-    from hango_worker.store import fork
-
-    async with pool_for(s) as (_, pool):
-        turns = await fork.history(pool, await tenant_of(pool, a), a.run_id)
-    if a.json:
-        print(json.dumps(turns, default=str))
-        return exits.OK
-    for t in turns:
-        tools = ", ".join(safe(n) for n in t["tool_calls"]) or "(answer)"
-        changed = "  state changed" if t["state_changed"] else ""
-        print(f"{t['turn']:>4}  {t['at']}  {tools}{changed}")
-    return exits.OK
-
-
-async def cmd_runs_tree(s: Settings, a: argparse.Namespace) -> int:
-    from hango_worker.store import fork
-
-    async with pool_for(s) as (_, pool):
-        rows = await fork.tree(pool, await tenant_of(pool, a), a.run_id)
-    if a.json:
-        print(json.dumps(rows, default=str))
-        return exits.OK
-    for r in rows:
-        call = f"  (task {safe(r['parent_tool_use_id'])})" if r["parent_tool_use_id"] else ""
-        cost = f"  ${r['cost_usd']:.4f}" if r["cost_usd"] is not None else ""
-        print(f"{'  ' * r['level']}{r['id']}  {r['status']:<9}  {safe(r['agent'])}{cost}{call}")
-    costs = [r["cost_usd"] for r in rows]
-    if all(c is not None for c in costs):  # the tree's cost: each run's own, added up
-        print(f"total cost ${sum(c for c in costs if c is not None):.4f} ({len(rows)} runs)")
-    return exits.OK

@@ -17,6 +17,7 @@ from alembic.util import CommandError
 
 from hango_worker.cli import exits
 from hango_worker.cli.exits import CliError
+from hango_worker.cli.subcommands import Subcommands, command
 from hango_worker.config import Settings
 from hango_worker.store import cluster, db, migrate
 
@@ -26,7 +27,10 @@ _PRIVILEGES = (
 )
 
 
-def add_options(m: argparse.ArgumentParser) -> None:
+def register(sub: Subcommands) -> None:
+    m = command(
+        sub, "migrate", cmd_migrate, "migrate the database to the latest schema", tenanted=False
+    )
     m.add_argument("--json", action="store_true", help='print {"from": …, "to": …}')
     m.add_argument(
         "--lock-timeout",
@@ -81,7 +85,7 @@ def failure(before: str | None, e: sqlalchemy.exc.DBAPIError, timeouts: dict[str
     )
 
 
-async def migrate_command(s: Settings, a: argparse.Namespace) -> int:
+async def cmd_migrate(s: Settings, a: argparse.Namespace) -> int:
     if a.print_admin_sql:
         print(cluster.ADMIN_SQL, end="")
         return exits.OK

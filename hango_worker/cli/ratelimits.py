@@ -4,13 +4,14 @@ used by workers started with HANGO_RATE_LIMIT_KEY."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import out, pool_for, print_rows
+from hango_worker.cli.database import pool_for
 from hango_worker.cli.exits import CliError
 from hango_worker.cli.inputs import int_between, name
+from hango_worker.cli.output import out, print_rows
+from hango_worker.cli.subcommands import Subcommands, command, group
 from hango_worker.config import Settings
 from hango_worker.store import ratelimits as rl
 
@@ -27,11 +28,11 @@ def _seconds(value: str) -> float:
     return s
 
 
-def add_commands(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
-    rs = sub.add_parser(
-        "ratelimits", help="fleet-wide model rate limits (token buckets shared by all workers)"
-    ).add_subparsers(dest="sub", required=True, metavar="SUBCOMMAND")
-    st = cmd("set", cmd_ratelimits_set, "create or change a key's limits", rs, tenanted=False)
+def register(sub: Subcommands) -> None:
+    rs = group(
+        sub, "ratelimits", "fleet-wide model rate limits (token buckets shared by all workers)"
+    )
+    st = command(rs, "set", cmd_ratelimits_set, "create or change a key's limits", tenanted=False)
     st.add_argument("key", type=name, help="as HANGO_RATE_LIMIT_KEY names it, e.g. anthropic")
     st.add_argument("--rpm", type=_PER_MINUTE, help="requests per minute")
     st.add_argument("--input-tpm", type=_PER_MINUTE, help="input tokens per minute")
@@ -40,13 +41,13 @@ def add_commands(sub: Any, cmd: Callable[..., argparse.ArgumentParser]) -> None:
         "--window-s", type=_seconds, default=60.0, help="bucket size in seconds of rate (60)"
     )
     st.add_argument("--json", action="store_true")
-    ls = cmd("list", cmd_ratelimits_list, "keys, limits and current levels", rs, tenanted=False)
+    ls = command(rs, "list", cmd_ratelimits_list, "keys, limits and current levels", tenanted=False)
     ls.add_argument("--json", action="store_true")
-    rm = cmd(
+    rm = command(
+        rs,
         "rm",
         cmd_ratelimits_rm,
         "remove a key's limits (its calls go unlimited)",
-        rs,
         tenanted=False,
     )
     rm.add_argument("key", type=name)

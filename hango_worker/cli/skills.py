@@ -6,11 +6,33 @@ import argparse
 import json
 
 from hango_worker.cli import exits
-from hango_worker.cli.commands import out, pool_for, print_rows, tenant_of
+from hango_worker.cli.database import pool_for, tenant_of
 from hango_worker.cli.exits import CliError
+from hango_worker.cli.inputs import int_between, text
+from hango_worker.cli.output import out, print_rows
+from hango_worker.cli.subcommands import Subcommands, command, group
 from hango_worker.config import Settings
 from hango_worker.render import safe
 from hango_worker.store import skills as sk
+
+
+def register(sub: Subcommands) -> None:
+    g = group(
+        sub, "skills", "register and inspect Agent Skills (enabled per agent by config.skills)"
+    )
+    add = command(
+        g, "add", cmd_skills_add, "store a skill folder (SKILL.md) as a new version", tenanted=True
+    )
+    add.add_argument("path", type=text, help="the skill's folder (holding SKILL.md)")
+    add.add_argument("--json", action="store_true")
+    ls = command(
+        g, "list", cmd_skills_list, "skills: name, latest version, description", tenanted=True
+    )
+    ls.add_argument("--json", action="store_true")
+    sh = command(g, "show", cmd_skills_show, "a skill's description, body and files", tenanted=True)
+    sh.add_argument("name", type=text)
+    sh.add_argument("--version", type=int_between(1, 1_000_000_000), help="default: latest")
+    sh.add_argument("--json", action="store_true")
 
 
 async def cmd_skills_add(s: Settings, a: argparse.Namespace) -> int:

@@ -21,10 +21,10 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from hango_worker.config import Settings
-from hango_worker.console import live, pages, queries, runpage
+from hango_worker.console import live, pages, runpage
 from hango_worker.console.auth import COOKIE, Authenticator, Refused, Who, same_origin, tenant_of
 from hango_worker.console.html import LIVE_JS, STYLE, Html, page, render
-from hango_worker.store import decisions, repo
+from hango_worker.store import console_queries, decisions, repo
 from hango_worker.store.json_limits import loads_json
 from hango_worker.telemetry.metrics import CONSOLE_DECISIONS, CONSOLE_REQUESTS
 from hango_worker.vocab import Decision
@@ -68,7 +68,7 @@ class Console:
     async def runs(self, request: Request, who: Who) -> Response:
         q = request.query_params
         tenant = tenant_of(who, q.get("tenant"))
-        agents = await queries.agents(self.pool, tenant)
+        agents = await console_queries.agents(self.pool, tenant)
         agent_id = next((a["id"] for a in agents if a["name"] == q.get("agent")), None)
         if q.get("agent") and agent_id is None:
             raise Refused(404, f"no agent {q.get('agent')!r} in this tenant")
@@ -76,13 +76,13 @@ class Console:
         if status is not None and status not in pages.STATUSES:
             raise Refused(400, f"status must be one of {', '.join(pages.STATUSES)}")
         try:
-            rows, nxt = await queries.runs_page(
+            rows, nxt = await console_queries.runs_page(
                 self.pool, tenant, status=status, agent_id=agent_id, after=q.get("after")
             )
         except ValueError as e:
             raise Refused(400, str(e)) from None
         filters = {"tenant": tenant, "status": status, "agent": q.get("agent") or None}
-        names = await queries.tenant_names(self.pool, who.tenants)
+        names = await console_queries.tenant_names(self.pool, who.tenants)
         tenants = {t: names.get(t, t) for t in who.tenants}
         body = pages.runs_list(
             rows, filters=filters, agents=agents, tenants=tenants, next_cursor=nxt
@@ -91,18 +91,18 @@ class Console:
 
     async def waiting(self, request: Request, who: Who) -> Response:
         tenant = tenant_of(who, request.query_params.get("tenant"))
-        rows = await queries.waiting(self.pool, tenant)
+        rows = await console_queries.waiting(self.pool, tenant)
         return self.html("Waiting", pages.waiting_list(rows), who)
 
     async def run(self, request: Request, who: Who, notice: str | None = None) -> Response:
         run_id = request.path_params["run_id"]
-        tenant = await queries.tenant_of_run(self.pool, who.tenants, run_id)
+        tenant = await console_queries.tenant_of_run(self.pool, who.tenants, run_id)
         run = await repo.run_details(self.pool, tenant, run_id)
-        agent = await self.pool.fetchval("SELECT name FROM agents WHERE id = $1", run["agent_id"])
+        agent = await console_queries.agent_name(self.pool, run["agent_id"])
         body = runpage.run_page(
             run,
             agent=agent or "?",
-            attempts=await queries.attempts(self.pool, run_id),
+            attempts=await console_queries.attempts(self.pool, run_id),
             files=await repo.run_files(self.pool, tenant, run_id),
             csrf=self.auth.csrf(who) if who.can_act else None,
             trace_url=self.settings.console_trace_url,
@@ -112,7 +112,7 @@ class Console:
 
     async def live(self, request: Request, who: Who) -> Response:
         run_id = request.path_params["run_id"]
-        tenant = await queries.tenant_of_run(self.pool, who.tenants, run_id)
+        tenant = await console_queries.tenant_of_run(self.pool, who.tenants, run_id)
         events = live.follow(self.pool, self.hub, tenant, run_id)
         headers = {**HEADERS, "X-Accel-Buffering": "no"}
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
@@ -124,7 +124,7 @@ class Console:
         decision = ACTIONS.get(action)
         if decision is None:
             raise Refused(404, f"no action {action!r}: approve, reject or answer")
-        tenant = await queries.tenant_of_run(self.pool, who.tenants, run_id)
+        tenant = await console_queries.tenant_of_run(self.pool, who.tenants, run_id)
         kw: dict[str, Any] = {}
         if decision == Decision.APPROVE:
             kw["edited"] = edited_input(form.get("input"))

@@ -1,6 +1,8 @@
-"""The console's reads. Every one is scoped by tenant; the runs page is paged by key
-(created_at, id) on `runs_tenant_created_idx`, so page 1000 costs what page 1 does,
-whatever the number of finished runs (tests/test_console.py reads the query plan)."""
+"""The run console's reads (hango_worker/console), every statement named, in one place.
+
+Every one is scoped by tenant; the runs page is paged by key (created_at, id) on
+`runs_tenant_created_idx`, so page 1000 costs what page 1 does, whatever the number
+of finished runs (tests/test_console.py reads the query plan)."""
 
 from __future__ import annotations
 
@@ -44,6 +46,28 @@ ORDER BY r.waiting_since NULLS LAST, r.id
 LIMIT $2
 """
 
+# $1 tenant: the agents a runs page filters by
+AGENTS = "SELECT id::text, name FROM agents WHERE tenant_id = $1 ORDER BY name"
+
+# $1 tenant ids: their names, for the tenant switch
+TENANT_NAMES = "SELECT id::text, name FROM tenants WHERE id = ANY($1::uuid[])"
+
+# $1 run id, $2 the console user's tenants: the run's tenant, if one of them
+RUN_TENANT = "SELECT tenant_id::text FROM runs WHERE id = $1 AND tenant_id = ANY($2::uuid[])"
+
+# $1 agent id: its name (a run page's heading)
+AGENT_NAME = "SELECT name FROM agents WHERE id = $1"
+
+# $1 run id: each attempt's worker, first and last event, and how it ended
+ATTEMPTS = """
+SELECT attempt, min(worker_id) FILTER (WHERE type = 'run_started') AS worker_id,
+    min(created_at) AS started_at, max(created_at) AS last_event_at,
+    array_agg(type ORDER BY seq) FILTER (WHERE type IN
+        ('run_finished', 'run_waiting', 'run_released', 'run_reclaimed')) AS ends
+FROM run_events WHERE run_id = $1 AND attempt IS NOT NULL
+GROUP BY attempt ORDER BY attempt
+"""
+
 
 def cursor(row: dict[str, Any]) -> str:
     return f"{row['created_at'].isoformat()}_{row['id']}"
@@ -76,15 +100,16 @@ async def runs_page(
 
 
 async def agents(pool: asyncpg.Pool, tenant_id: str) -> list[dict[str, Any]]:
-    rows = await pool.fetch(
-        "SELECT id::text, name FROM agents WHERE tenant_id = $1 ORDER BY name", tenant_id
-    )
-    return [dict(r) for r in rows]
+    return [dict(r) for r in await pool.fetch(AGENTS, tenant_id)]
+
+
+async def agent_name(pool: asyncpg.Pool, agent_id: str) -> str | None:
+    name: str | None = await pool.fetchval(AGENT_NAME, agent_id)
+    return name
 
 
 async def tenant_names(pool: asyncpg.Pool, ids: tuple[str, ...]) -> dict[str, str]:
-    rows = await pool.fetch("SELECT id::text, name FROM tenants WHERE id = ANY($1::uuid[])", ids)
-    return {r["id"]: r["name"] for r in rows}
+    return {r["id"]: r["name"] for r in await pool.fetch(TENANT_NAMES, ids)}
 
 
 async def waiting(pool: asyncpg.Pool, tenant_id: str, limit: int = 200) -> list[dict[str, Any]]:
@@ -98,11 +123,7 @@ async def tenant_of_run(pool: asyncpg.Pool, tenants: tuple[str, ...], run_id: st
         uuid.UUID(run_id)
     except ValueError:
         raise NotFound(f"{run_id!r} is not a run id (a UUID)") from None
-    found = await pool.fetchval(
-        "SELECT tenant_id::text FROM runs WHERE id = $1 AND tenant_id = ANY($2::uuid[])",
-        run_id,
-        tenants,
-    )
+    found = await pool.fetchval(RUN_TENANT, run_id, tenants)
     if found is None:
         raise NotFound(f"no run {run_id} in this console's tenants")
     return str(found)
@@ -110,13 +131,4 @@ async def tenant_of_run(pool: asyncpg.Pool, tenants: tuple[str, ...], run_id: st
 
 async def attempts(pool: asyncpg.Pool, run_id: str) -> list[dict[str, Any]]:
     """Each attempt of the run: who ran it, when it started, how it ended."""
-    rows = await pool.fetch(
-        "SELECT attempt, min(worker_id) FILTER (WHERE type = 'run_started') AS worker_id, "
-        "min(created_at) AS started_at, max(created_at) AS last_event_at, "
-        "array_agg(type ORDER BY seq) FILTER (WHERE type IN "
-        "('run_finished', 'run_waiting', 'run_released', 'run_reclaimed')) AS ends "
-        "FROM run_events WHERE run_id = $1 AND attempt IS NOT NULL "
-        "GROUP BY attempt ORDER BY attempt",
-        run_id,
-    )
-    return [dict(r) for r in rows]
+    return [dict(r) for r in await pool.fetch(ATTEMPTS, run_id)]
