@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import asyncpg
 
@@ -189,17 +189,18 @@ class GroupCommit:
         # one lock order for every transaction that locks several runs rows (the
         # heartbeat's UPDATE walks runs_pkey): no deadlock between them
         batch.sort(key=_Write.run)
-        merged, rest = _mergeable(batch)
+        merged, turns, rest = _mergeable(batch)
         try:
             if merged and not rest:  # the checkpoints only: one statement, autocommit
-                rows = await self.pool.fetch(sql.CHECKPOINT_MANY, *_many_args(merged))
-                results = _by_run(merged, rows)
+                args = turn.checkpoint_many_args(turns)
+                results = _by_run(merged, turns, await self.pool.fetch(sql.CHECKPOINT_MANY, *args))
             else:
                 async with self.pool.acquire() as con, con.transaction():
                     results = []
                     if merged:
-                        args = _many_args(merged)
-                        results = _by_run(merged, await con.fetch(sql.CHECKPOINT_MANY, *args))
+                        args = turn.checkpoint_many_args(turns)
+                        rows = await con.fetch(sql.CHECKPOINT_MANY, *args)
+                        results = _by_run(merged, turns, rows)
                     results += [(w, await con.fetchrow(w.query, *w.params())) for w in rest]
         except CONNECTION_ERRORS as e:
             for w in batch:
@@ -227,29 +228,29 @@ class GroupCommit:
             _settle(w, row)
 
 
-def _mergeable(batch: list[_Write]) -> tuple[list[_Write], list[_Write]]:
+def _mergeable(batch: list[_Write]) -> tuple[list[_Write], list[TurnWrite], list[_Write]]:
     """The batch's checkpoints that can share one CHECKPOINT_MANY (two or more, one per
-    run), and the other writes."""
+    run), their records, and the other writes."""
     merged: list[_Write] = []
+    turns: list[TurnWrite] = []
     rest: list[_Write] = []
     runs: set[str] = set()
     for w in batch:
-        if isinstance(w.record, TurnWrite) and w.record.run_id not in runs:
-            runs.add(w.record.run_id)
+        rec = w.record
+        if type(rec) is TurnWrite and rec.run_id not in runs:
+            runs.add(rec.run_id)
             merged.append(w)
+            turns.append(rec)
         else:
             rest.append(w)
     if len(merged) < 2:
-        return [], batch
-    return merged, rest
+        return [], [], batch
+    return merged, turns, rest
 
 
-def _many_args(writes: list[_Write]) -> tuple[list[Any], ...]:
-    """The checkpoints' records as sql.CHECKPOINT_MANY's arrays (by field name)."""
-    return turn.checkpoint_many_args([cast(TurnWrite, w.record) for w in writes])
-
-
-def _by_run(writes: list[_Write], rows: list[Any]) -> list[tuple[_Write, Any]]:
-    """Each write with its run's row of CHECKPOINT_MANY ({fenced, cancel})."""
+def _by_run(
+    writes: list[_Write], turns: list[TurnWrite], rows: list[Any]
+) -> list[tuple[_Write, Any]]:
+    """Each checkpoint with its run's row of CHECKPOINT_MANY ({id, fenced, cancel})."""
     found = {r["id"]: r for r in rows}
-    return [(w, found.get(w.run())) for w in writes]
+    return [(w, found.get(t.run_id)) for w, t in zip(writes, turns, strict=True)]
