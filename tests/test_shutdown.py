@@ -25,6 +25,7 @@ from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import with_reconnect
 from hango_worker.run.worker import STOP_BOUND_S, Worker, WorkerStats
 from hango_worker.store import db, ratelimits, repo, sql
+from hango_worker.store.turn import FencedWrite, TurnWrite
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
 from tests.helpers import call, scripted
@@ -125,8 +126,12 @@ class HoldAfterWaiting:
         self.held = 0
 
     async def fetchrow(self, query: str, *args: Any) -> Any:
-        row = await self.inner.fetchrow(query, *args)
-        if query == sql.CHECKPOINT and str(args[0]) == self.parent and args[4] == "waiting":
+        return await self.inner.fetchrow(query, *args)
+
+    async def write(self, record: FencedWrite) -> Any:
+        row = await self.inner.write(record)
+        turn = record if isinstance(record, TurnWrite) else None
+        if turn is not None and turn.run_id == self.parent and turn.status == "waiting":
             self.held += 1
             self.go.set()
             await until(self._claimed_again)

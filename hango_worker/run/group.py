@@ -12,9 +12,11 @@ run-id order, in one transaction: one commit, one WAL flush (fsync) for all of t
 - **Adaptive window**: no timer. A write that finds no commit in flight goes at once, on
   its own (one round trip, as without group commit); the batch grows only while a commit
   is in flight, i.e. with load.
-- **One statement for the checkpoints**: the checkpoints of several runs in a batch go
-  as one `sql.CHECKPOINT_MANY` (one round trip, one executor start), each run still
-  fenced and reported on its own row; other writes go beside it in the transaction.
+- **One statement for the checkpoints**: a run's checkpoint comes as its record
+  (`write`, a store/turn.py `TurnWrite`); the checkpoints of several runs in a batch go
+  as one `sql.CHECKPOINT_MANY` (one round trip, one executor start), its arrays made
+  from the records by field name (turn.checkpoint_many_args), each run still fenced and
+  reported on its own row; other writes go beside it in the transaction.
 - **Errors**: a statement error rolls the whole transaction back, so nothing of the batch
   is written; each write is then sent again in a transaction of its own, and only the
   faulty one gets the error. A connection error reaches every run of the batch, and each
@@ -33,9 +35,9 @@ from typing import Any
 
 import asyncpg
 
-from hango_worker.provider.types import compact_json
 from hango_worker.run.io import CONNECTION_ERRORS
-from hango_worker.store import sql
+from hango_worker.store import sql, turn
+from hango_worker.store.turn import FencedWrite, TurnWrite
 from hango_worker.telemetry import metrics
 
 log = logging.getLogger(__name__)
@@ -46,8 +48,18 @@ MAX_BATCH = 64  # statements per shared transaction
 @dataclass(slots=True)
 class _Write:
     query: str
-    args: tuple[Any, ...]
+    args: tuple[Any, ...]  # a plain statement's; a record's come from the record
     done: asyncio.Future[Any]
+    record: FencedWrite | None = None  # a run's checkpoint or tool result
+
+    def params(self) -> tuple[Any, ...]:
+        return self.args if self.record is None else self.record.args()
+
+    def run(self) -> str:
+        """The run it writes (its first argument, for a plain statement)."""
+        if self.record is not None:
+            return self.record.run_id
+        return str(self.args[0]) if self.args else ""
 
 
 def _settle(w: _Write, row: Any = None, error: BaseException | None = None) -> None:
@@ -122,6 +134,16 @@ class GroupCommit:
         self._pending.append(w)
         return await w.done
 
+    async def write(self, record: FencedWrite) -> Any:
+        """A run's record, written with its statement (sql.STATEMENT_OF): its row, once
+        the transaction that carried it has committed."""
+        query = sql.STATEMENT_OF[type(record)]
+        if not self._busy():
+            return await self._direct(query, record.args())
+        w = _Write(query, (), asyncio.get_running_loop().create_future(), record)
+        self._pending.append(w)
+        return await w.done
+
     def _busy(self) -> bool:
         return self._lone or (self._flusher is not None and not self._flusher.done())
 
@@ -166,19 +188,20 @@ class GroupCommit:
             return
         # one lock order for every transaction that locks several runs rows (the
         # heartbeat's UPDATE walks runs_pkey): no deadlock between them
-        batch.sort(key=lambda w: str(w.args[0]) if w.args else "")
-        merged, rest = _mergeable(batch)
+        batch.sort(key=_Write.run)
+        merged, turns, rest = _mergeable(batch)
         try:
             if merged and not rest:  # the checkpoints only: one statement, autocommit
-                rows = await self.pool.fetch(sql.CHECKPOINT_MANY, *checkpoint_many_args(merged))
-                results = _by_run(merged, rows)
+                args = turn.checkpoint_many_args(turns)
+                results = _by_run(merged, turns, await self.pool.fetch(sql.CHECKPOINT_MANY, *args))
             else:
                 async with self.pool.acquire() as con, con.transaction():
                     results = []
                     if merged:
-                        args = checkpoint_many_args(merged)
-                        results = _by_run(merged, await con.fetch(sql.CHECKPOINT_MANY, *args))
-                    results += [(w, await con.fetchrow(w.query, *w.args)) for w in rest]
+                        args = turn.checkpoint_many_args(turns)
+                        rows = await con.fetch(sql.CHECKPOINT_MANY, *args)
+                        results = _by_run(merged, turns, rows)
+                    results += [(w, await con.fetchrow(w.query, *w.params())) for w in rest]
         except CONNECTION_ERRORS as e:
             for w in batch:
                 _settle(w, error=e)
@@ -198,60 +221,36 @@ class GroupCommit:
         if w.done.done():
             return
         try:
-            row = await self.pool.fetchrow(w.query, *w.args)
+            row = await self.pool.fetchrow(w.query, *w.params())
         except Exception as e:
             _settle(w, error=e)
         else:
             _settle(w, row)
 
 
-def _mergeable(batch: list[_Write]) -> tuple[list[_Write], list[_Write]]:
+def _mergeable(batch: list[_Write]) -> tuple[list[_Write], list[TurnWrite], list[_Write]]:
     """The batch's checkpoints that can share one CHECKPOINT_MANY (two or more, one per
-    run), and the other writes."""
+    run), their records, and the other writes."""
     merged: list[_Write] = []
+    turns: list[TurnWrite] = []
     rest: list[_Write] = []
-    runs: set[Any] = set()
+    runs: set[str] = set()
     for w in batch:
-        if w.query == sql.CHECKPOINT and w.args[0] not in runs:
-            runs.add(w.args[0])
+        rec = w.record
+        if type(rec) is TurnWrite and rec.run_id not in runs:
+            runs.add(rec.run_id)
             merged.append(w)
+            turns.append(rec)
         else:
             rest.append(w)
     if len(merged) < 2:
-        return [], batch
-    return merged, rest
+        return [], [], batch
+    return merged, turns, rest
 
 
-def _json(v: Any) -> str | None:
-    return None if v is None else compact_json(v)
-
-
-def checkpoint_many_args(writes: list[_Write]) -> tuple[list[Any], ...]:
-    """sql.CHECKPOINT's arguments of several runs as sql.CHECKPOINT_MANY's arrays: the
-    per-run values ($1-$10, $21; $24 last) one element per run, each run's rows tagged
-    with its id."""
-    per_run: tuple[list[Any], ...] = tuple([] for _ in range(11))
-    rows: tuple[list[Any], ...] = tuple([] for _ in range(16))
-    outputs: list[Any] = []
-    # each row group of CHECKPOINT (messages, events, files, states): its first argument,
-    # its number of arrays, where it starts in CHECKPOINT_MANY's rows (each group there
-    # begins with its run-id array)
-    groups = ((10, 3, 0), (13, 3, 4), (16, 4, 8), (21, 2, 13))
-    for w in writes:
-        a = w.args
-        run = a[0]
-        for i, v in enumerate((*a[:10], a[20])):
-            per_run[i].append(_json(v) if i in (3, 6, 7, 10) else v)
-        outputs.append(a[23])
-        for first, width, out in groups:
-            n = len(a[first])
-            rows[out].extend([run] * n)
-            for k in range(width):
-                rows[out + 1 + k].extend(a[first + k])
-    return (*per_run, *rows, outputs)
-
-
-def _by_run(writes: list[_Write], rows: list[Any]) -> list[tuple[_Write, Any]]:
-    """Each write with its run's row of CHECKPOINT_MANY ({fenced, cancel})."""
+def _by_run(
+    writes: list[_Write], turns: list[TurnWrite], rows: list[Any]
+) -> list[tuple[_Write, Any]]:
+    """Each checkpoint with its run's row of CHECKPOINT_MANY ({id, fenced, cancel})."""
     found = {r["id"]: r for r in rows}
-    return [(w, found.get(str(w.args[0]))) for w in writes]
+    return [(w, found.get(t.run_id)) for w, t in zip(writes, turns, strict=True)]

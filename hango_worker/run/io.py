@@ -21,6 +21,7 @@ from hango_worker.agent.state import FileWrite, State, dump_state
 from hango_worker.provider.types import Message, ToolUseBlock, Usage, compact_json
 from hango_worker.run.blobs import store_blobs
 from hango_worker.store import sql
+from hango_worker.store.turn import FencedWrite, ToolWrite, TurnWrite
 from hango_worker.tool.types import ToolResult
 from hango_worker.vocab import ErrorType
 
@@ -236,9 +237,24 @@ def _traceparent() -> str | None:
 
 
 class Writer(Protocol):
-    """Where fenced statements go: the pool, or the worker's GroupCommit (run/group.py)."""
+    """Where fenced writes go: a PoolWriter, or the worker's GroupCommit (run/group.py)."""
 
     async def fetchrow(self, query: str, *args: Any) -> Any: ...
+
+    async def write(self, record: FencedWrite) -> Any: ...
+
+
+@dataclass(slots=True)
+class PoolWriter:
+    """Each fenced statement straight to the pool, on its own (no group commit)."""
+
+    pool: asyncpg.Pool
+
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        return await self.pool.fetchrow(query, *args)
+
+    async def write(self, record: FencedWrite) -> Any:
+        return await self.pool.fetchrow(sql.STATEMENT_OF[type(record)], *record.args())
 
 
 class PgRunIO:
@@ -256,7 +272,7 @@ class PgRunIO:
         control: RunControl | None = None,
     ) -> None:
         self.pool = pool
-        self.writer: Writer = writer if writer is not None else pool
+        self.writer: Writer = writer if writer is not None else PoolWriter(pool)
         self.on_events = on_events
         self.claim = claim
         self.worker_id = worker_id
@@ -271,7 +287,8 @@ class PgRunIO:
     def _fence_args(self) -> tuple[str, str, int]:
         return (self.claim.run_id, self.worker_id, self.claim.attempt)
 
-    async def _fenced(self, query: str, *args: Any) -> None:
+    async def _fenced(self, record: FencedWrite | None, query: str = "", *args: Any) -> None:
+        """Write `record`, or else send `query`; raise Fenced if the lease is lost."""
         if self.control.lost:
             raise Fenced(self.claim.run_id)
         attempts = 0
@@ -280,7 +297,8 @@ class PgRunIO:
             nonlocal attempts
             attempts += 1
             try:
-                row = await self.writer.fetchrow(query, *args)
+                w = self.writer
+                row = await (w.fetchrow(query, *args) if record is None else w.write(record))
             except asyncpg.UniqueViolationError:
                 if attempts > 1:  # our earlier try committed before the connection dropped
                     return 1, False
@@ -311,28 +329,34 @@ class PgRunIO:
         m_seq = list(range(self._msg_seq, self._msg_seq + len(new_messages)))
         e_seq = list(range(self._event_seq, self._event_seq + len(events)))
         writes = list(state.file_writes)
-        await self._fenced(
-            sql.CHECKPOINT,
-            *self._fence_args(),
-            dump_state(state),
-            outcome.status if outcome else None,
-            self.lease_s,
-            outcome.error if outcome else None,
-            outcome.usage_dict() if outcome else usage,
-            _traceparent(),
-            outcome.limit if outcome else None,
-            m_seq,
-            [m.role for m in new_messages],
-            [_dumps(m.stored_content()) for m in new_messages],
-            e_seq,
-            [e.type for e in events],
-            [_dumps(e.payload) for e in events],
-            *_file_args(writes),
-            outcome.waiting if outcome else None,
-            [turn for turn, _ in kept],
-            [st for _, st in kept],
-            _dumps(outcome.output) if outcome and outcome.has_output else None,
+        paths, contents, sizes, tool_use_ids = _file_args(writes)
+        record = TurnWrite(
+            run_id=self.claim.run_id,
+            owner=self.worker_id,
+            attempt=self.claim.attempt,
+            lease_s=self.lease_s,
+            state_json=dump_state(state),
+            status=outcome.status if outcome else None,
+            error=outcome.error if outcome else None,
+            usage=outcome.usage_dict() if outcome else usage,
+            trace_parent=_traceparent(),
+            limit_reached=outcome.limit if outcome else None,
+            waiting=outcome.waiting if outcome else None,
+            output=_dumps(outcome.output) if outcome and outcome.has_output else None,
+            msg_seqs=m_seq,
+            msg_roles=[m.role for m in new_messages],
+            msg_contents=[_dumps(m.stored_content()) for m in new_messages],
+            ev_seqs=e_seq,
+            ev_types=[e.type for e in events],
+            ev_payloads=[_dumps(e.payload) for e in events],
+            file_paths=paths,
+            file_contents=contents,
+            file_sizes=sizes,
+            file_tool_use_ids=tool_use_ids,
+            state_turns=[turn for turn, _ in kept],
+            state_jsons=[st for _, st in kept],
         )
+        await self._fenced(record)
         del state.file_writes[: len(writes)]
         await self._wake_after(outcome)
         self._msg_seq += len(new_messages)
@@ -399,7 +423,7 @@ class PgRunIO:
         return found
 
     async def mark_started(self, tool_use_id: str) -> None:
-        await self._fenced(sql.MARK_STARTED, *self._fence_args(), tool_use_id, self.lease_s)
+        await self._fenced(None, sql.MARK_STARTED, *self._fence_args(), tool_use_id, self.lease_s)
 
     async def record_tool_result(
         self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
@@ -407,20 +431,26 @@ class PgRunIO:
         if result.blobs:  # its large blocks once, by reference (docs/inputs-and-outputs.md)
             await store_blobs(self.pool, self.claim.tenant_id, self.claim.run_id, [*result.blobs])
         writes = list(state.file_writes)
-        await self._fenced(
-            sql.RECORD_TOOL,
-            *self._fence_args(),
-            dump_state(state),
-            self.lease_s,
-            call.id,
-            call.name,
-            result.to_dict(),
-            self._event_seq,
-            event.type,
-            _dumps(event.payload),
-            self.turn_seq,
-            *_file_args(writes),
+        paths, contents, sizes, tool_use_ids = _file_args(writes)
+        record = ToolWrite(
+            run_id=self.claim.run_id,
+            owner=self.worker_id,
+            attempt=self.claim.attempt,
+            lease_s=self.lease_s,
+            state_json=dump_state(state),
+            tool_use_id=call.id,
+            tool_name=call.name,
+            result=result.to_dict(),
+            message_seq=self.turn_seq,
+            ev_seq=self._event_seq,
+            ev_type=event.type,
+            ev_payload=_dumps(event.payload),
+            file_paths=paths,
+            file_contents=contents,
+            file_sizes=sizes,
+            file_tool_use_ids=tool_use_ids,
         )
+        await self._fenced(record)
         del state.file_writes[: len(writes)]
         self._published([self._event_seq], [event])
         self._event_seq += 1
@@ -438,31 +468,18 @@ class PgRunIO:
     async def fail(self, error: dict[str, Any]) -> None:
         """End the run as failed before the loop could start (bad row, bad agent…).
         state_json is left as found, for the operator."""
-        await self._fenced(
-            sql.CHECKPOINT,
-            *self._fence_args(),
-            None,
-            "failed",
-            self.lease_s,
-            error,
-            None,
-            None,
-            None,
-            [],
-            [],
-            [],
-            [self._event_seq],
-            ["run_finished"],
-            [_dumps({"status": "failed", "error": error})],
-            [],
-            [],
-            [],
-            [],
-            None,
-            [],
-            [],
-            None,
+        record = TurnWrite(
+            run_id=self.claim.run_id,
+            owner=self.worker_id,
+            attempt=self.claim.attempt,
+            lease_s=self.lease_s,
+            status="failed",
+            error=error,
+            ev_seqs=[self._event_seq],
+            ev_types=["run_finished"],
+            ev_payloads=[_dumps({"status": "failed", "error": error})],
         )
+        await self._fenced(record)
 
     # -- FileStore: the run's files, plain reads scoped by run id --------------------------
 

@@ -18,11 +18,15 @@ TEXT_CHANNEL = "hango_text"
 DONE_CHANNEL = "hango_done"
 
 # The claim (fair across tenants, max_running; docs/operations.md "Tenants, fairness
-# and limits") and the fleet-wide rate-limit statements live in sql_claim.py, CHECKPOINT
-# (below) for the runs of a group commit in one statement in sql_checkpoint.py; they are
-# named here like every other hot-path statement.
+# and limits") and the fleet-wide rate-limit statements live in sql_claim.py; a run's
+# two per-turn writes in sql_checkpoint.py, compiled from their records (store/turn.py:
+# CHECKPOINT and, for the runs of a group commit in one statement, CHECKPOINT_MANY from
+# a TurnWrite; RECORD_TOOL from a ToolWrite). They are named here like every other
+# hot-path statement.
+from hango_worker.store.sql_checkpoint import CHECKPOINT as CHECKPOINT  # noqa: E402
 from hango_worker.store.sql_checkpoint import CHECKPOINT_MANY as CHECKPOINT_MANY  # noqa: E402
-from hango_worker.store.sql_checkpoint import FILES_UPSERT  # noqa: E402
+from hango_worker.store.sql_checkpoint import RECORD_TOOL as RECORD_TOOL  # noqa: E402
+from hango_worker.store.sql_checkpoint import STATEMENT_OF as STATEMENT_OF  # noqa: E402
 from hango_worker.store.sql_claim import ATTEMPT_LIMIT as ATTEMPT_LIMIT  # noqa: E402
 from hango_worker.store.sql_claim import CLAIM as CLAIM  # noqa: E402
 from hango_worker.store.sql_claim import LOAD_RUN as LOAD_RUN  # noqa: E402
@@ -57,67 +61,6 @@ LOAD_DECISIONS = (
     "WHERE run_id = $1 AND message_seq = $2"
 )
 
-# One statement per turn: fence + messages + events + state (+ final status), and any
-# run files still in the outbox (State.file_writes; normally flushed by RECORD_TOOL).
-# A run that suspends for a person ends its attempt here too (status 'waiting', $21).
-# The state at the end of a turn is kept in run_states when it changed ($22, $23).
-# A run that ends with a structured answer stores it as runs.output ($24, JSON text).
-# A NULL state leaves state_json as found (a run failed before its state was read).
-CHECKPOINT = f"""
-WITH fence AS (
-    UPDATE runs SET state_json = coalesce($4::jsonb, state_json),
-        queued_at = CASE WHEN $5::text = 'released' THEN now() ELSE queued_at END,
-        lease_expires_at = CASE WHEN $5::text IS NULL THEN now() + make_interval(secs => $6)
-                                ELSE NULL END,
-        status = CASE WHEN $5::text IS NULL THEN 'running'
-                      WHEN $5::text = 'released' THEN 'queued' ELSE $5::text END,
-        lease_owner = CASE WHEN $5::text IS NULL THEN lease_owner ELSE NULL END,
-        finished_at = CASE WHEN $5::text IN ('succeeded', 'failed', 'cancelled') THEN now()
-                           ELSE finished_at END,
-        error = CASE WHEN $5::text IS NULL OR $5::text = 'released' THEN error ELSE $7::jsonb END,
-        usage = coalesce($8::jsonb, usage),
-        trace_parent = coalesce($9::text, trace_parent),
-        limit_reached = coalesce($10::text, limit_reached),
-        output = coalesce($24::text::jsonb, output),
-        waiting_for = CASE WHEN $5::text = 'waiting' THEN $21::jsonb
-                           WHEN $5::text = 'released' THEN waiting_for ELSE NULL END,
-        waiting_since = CASE WHEN $5::text = 'waiting' THEN now() ELSE waiting_since END,
-        waiting_until = CASE WHEN $5::text = 'waiting'
-            THEN now() + make_interval(secs => ($21::jsonb->>'timeout_s')::float8) END
-    WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
-    RETURNING id, session_id, cancel_requested
-), msgs AS (
-    INSERT INTO messages (session_id, seq, run_id, role, content)
-    SELECT f.session_id, m.seq, f.id, m.role, m.content::jsonb
-    FROM fence f, unnest($11::int[], $12::text[], $13::text[]) AS m(seq, role, content)
-    RETURNING 1
-), evs AS (
-    INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
-    SELECT f.id, e.seq, e.type, e.payload::jsonb, $2, $3
-    FROM fence f, unnest($14::int[], $15::text[], $16::text[]) AS e(seq, type, payload)
-    RETURNING 1
-), files AS (
-    INSERT INTO run_files (run_id, path, content, size, tool_use_id)
-    SELECT f.id, w.path, w.content, w.size, w.tool_use_id
-    FROM fence f, unnest($17::text[], $18::text[], $19::int[], $20::text[])
-        AS w(path, content, size, tool_use_id)
-    {FILES_UPSERT}
-    RETURNING 1
-), snap AS (
-    INSERT INTO run_states (run_id, turn, state_json)
-    SELECT f.id, k.turn, k.state::jsonb
-    FROM fence f, unnest($22::int[], $23::text[]) AS k(turn, state)
-    ON CONFLICT (run_id, turn) DO UPDATE SET state_json = EXCLUDED.state_json
-    RETURNING 1
-), done AS (
-    SELECT pg_notify('hango_done', f.id::text) FROM fence f
-    WHERE $5::text IN ('succeeded', 'failed', 'cancelled', 'waiting')
-)
-SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel,
-    (SELECT count(*) FROM done) AS notified
-FROM fence
-"""
-
 # A call of a batch resumed after a wait is about to start: take it off the list of
 # calls not started, so a later attempt answers it as interrupted (never runs it twice).
 MARK_STARTED = """
@@ -130,40 +73,6 @@ UPDATE runs SET waiting_for = CASE
     lease_expires_at = now() + make_interval(secs => $5)
 WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
 RETURNING 1 AS fenced, cancel_requested AS cancel
-"""
-
-# One small commit per completed tool call: result + state + its event, fenced.
-# tool_calls is the resume journal, one row per (run, tool_use_id): a later turn
-# that reuses an id replaces the row (tagged with its assistant message's seq);
-# the same turn's second call with that id (an error result) never does.
-# The run files the call produced (State.file_writes) go in the same statement, only
-# through the fence: a worker that lost its lease writes no file.
-RECORD_TOOL = f"""
-WITH fence AS (
-    UPDATE runs SET state_json = $4::jsonb, lease_expires_at = now() + make_interval(secs => $5)
-    WHERE id = $1 AND lease_owner = $2 AND attempt = $3 AND status = 'running'
-    RETURNING id, cancel_requested
-), rec AS (
-    INSERT INTO tool_calls (run_id, tool_use_id, name, result, attempt, message_seq)
-    SELECT f.id, $6, $7, $8::jsonb, $3, $12 FROM fence f
-    ON CONFLICT (run_id, tool_use_id) DO UPDATE SET name = EXCLUDED.name,
-        result = EXCLUDED.result, attempt = EXCLUDED.attempt,
-        message_seq = EXCLUDED.message_seq, created_at = now()
-    WHERE tool_calls.message_seq IS NULL OR tool_calls.message_seq < EXCLUDED.message_seq
-    RETURNING 1
-), ev AS (
-    INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
-    SELECT f.id, $9, $10, $11::text::jsonb, $2, $3 FROM fence f
-    RETURNING 1
-), files AS (
-    INSERT INTO run_files (run_id, path, content, size, tool_use_id)
-    SELECT f.id, w.path, w.content, w.size, w.tool_use_id
-    FROM fence f, unnest($13::text[], $14::text[], $15::int[], $16::text[])
-        AS w(path, content, size, tool_use_id)
-    {FILES_UPSERT}
-    RETURNING 1
-)
-SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel FROM fence
 """
 
 # Per worker, not per run: one statement renews every lease the worker holds.

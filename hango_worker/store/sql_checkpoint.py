@@ -1,33 +1,119 @@
-"""The group commit's checkpoint statement (run/group.py), named in store/sql.py with
-every hot-path statement; it is store/sql.py's CHECKPOINT for several runs at once.
+"""The fenced statements of a run's two records (store/turn.py): CHECKPOINT and, for
+several runs at once (the group commit, run/group.py), CHECKPOINT_MANY from a
+`TurnWrite`; RECORD_TOOL from a `ToolWrite`. Named in store/sql.py with every hot-path
+statement.
+
+Each is written with named parameters (`:run_id`, the record's field names: the
+`*_NAMED` texts) and compiled once, at import, into asyncpg's `$n` by the record's field order
+(`turn.compile_named`): a parameter that names no field, or a field no parameter
+uses, fails the import. The arguments are the record's `args()`, in the same order;
+the statement of a record is STATEMENT_OF[type(record)].
 """
+
+from hango_worker.store.turn import (
+    MANY_FIELDS,
+    TOOL_FIELDS,
+    TURN_FIELDS,
+    FencedWrite,
+    ToolWrite,
+    TurnWrite,
+    compile_named,
+)
 
 # A run file written again replaces the one it had (CHECKPOINT, CHECKPOINT_MANY,
 # RECORD_TOOL: a run's files go with the write of the call that made them).
 FILES_UPSERT = """ON CONFLICT (run_id, path) DO UPDATE SET content = EXCLUDED.content,
         size = EXCLUDED.size, tool_use_id = EXCLUDED.tool_use_id, updated_at = now()"""
 
+# One statement per turn: fence + messages + events + state (+ final status), and any
+# run files still in the outbox (State.file_writes; normally flushed by RECORD_TOOL).
+# A run that suspends for a person ends its attempt here too (status 'waiting', with
+# `waiting`). The state at the end of a turn is kept in run_states when it changed
+# (state_turns, state_jsons). A run that ends with a structured answer stores it as
+# runs.output (`output`, JSON text). A NULL state leaves state_json as found (a run
+# failed before its state was read).
+CHECKPOINT_NAMED = f"""
+WITH fence AS (
+    UPDATE runs SET state_json = coalesce(:state_json::jsonb, state_json),
+        queued_at = CASE WHEN :status::text = 'released' THEN now() ELSE queued_at END,
+        lease_expires_at = CASE WHEN :status::text IS NULL
+                                THEN now() + make_interval(secs => :lease_s) ELSE NULL END,
+        status = CASE WHEN :status::text IS NULL THEN 'running'
+                      WHEN :status::text = 'released' THEN 'queued' ELSE :status::text END,
+        lease_owner = CASE WHEN :status::text IS NULL THEN lease_owner ELSE NULL END,
+        finished_at = CASE WHEN :status::text IN ('succeeded', 'failed', 'cancelled') THEN now()
+                           ELSE finished_at END,
+        error = CASE WHEN :status::text IS NULL OR :status::text = 'released' THEN error
+                     ELSE :error::jsonb END,
+        usage = coalesce(:usage::jsonb, usage),
+        trace_parent = coalesce(:trace_parent::text, trace_parent),
+        limit_reached = coalesce(:limit_reached::text, limit_reached),
+        output = coalesce(:output::text::jsonb, output),
+        waiting_for = CASE WHEN :status::text = 'waiting' THEN :waiting::jsonb
+                           WHEN :status::text = 'released' THEN waiting_for ELSE NULL END,
+        waiting_since = CASE WHEN :status::text = 'waiting' THEN now() ELSE waiting_since END,
+        waiting_until = CASE WHEN :status::text = 'waiting'
+            THEN now() + make_interval(secs => (:waiting::jsonb->>'timeout_s')::float8) END
+    WHERE id = :run_id AND lease_owner = :owner AND attempt = :attempt AND status = 'running'
+    RETURNING id, session_id, cancel_requested
+), msgs AS (
+    INSERT INTO messages (session_id, seq, run_id, role, content)
+    SELECT f.session_id, m.seq, f.id, m.role, m.content::jsonb
+    FROM fence f, unnest(:msg_seqs::int[], :msg_roles::text[], :msg_contents::text[])
+        AS m(seq, role, content)
+    RETURNING 1
+), evs AS (
+    INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
+    SELECT f.id, e.seq, e.type, e.payload::jsonb, :owner, :attempt
+    FROM fence f, unnest(:ev_seqs::int[], :ev_types::text[], :ev_payloads::text[])
+        AS e(seq, type, payload)
+    RETURNING 1
+), files AS (
+    INSERT INTO run_files (run_id, path, content, size, tool_use_id)
+    SELECT f.id, w.path, w.content, w.size, w.tool_use_id
+    FROM fence f, unnest(:file_paths::text[], :file_contents::text[], :file_sizes::int[],
+        :file_tool_use_ids::text[]) AS w(path, content, size, tool_use_id)
+    {FILES_UPSERT}
+    RETURNING 1
+), snap AS (
+    INSERT INTO run_states (run_id, turn, state_json)
+    SELECT f.id, k.turn, k.state::jsonb
+    FROM fence f, unnest(:state_turns::int[], :state_jsons::text[]) AS k(turn, state)
+    ON CONFLICT (run_id, turn) DO UPDATE SET state_json = EXCLUDED.state_json
+    RETURNING 1
+), done AS (
+    SELECT pg_notify('hango_done', f.id::text) FROM fence f
+    WHERE :status::text IN ('succeeded', 'failed', 'cancelled', 'waiting')
+)
+SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel,
+    (SELECT count(*) FROM done) AS notified
+FROM fence
+"""
+CHECKPOINT = compile_named(CHECKPOINT_NAMED, TURN_FIELDS)
+
 # CHECKPOINT for several runs in one statement: what a group commit sends when its
 # batch holds the checkpoints of two or more runs (run/group.py). Same effect, run by
-# run, as one CHECKPOINT each: every run carries its own fence ($1-$3) and is reported
-# on its own row (`fenced` 0: that run's lease was lost; its messages, events, files
-# and states are not written, the other runs' are). Per run, $1-$11 are CHECKPOINT's
-# $1-$10 and $21 (jsonb values as text), and $28 its $24 (the output); each run's rows
-# ($12-$27) are tagged with its run id. One statement: one round trip, one commit, one
-# executor start for the batch.
+# run, as one CHECKPOINT each: every run carries its own fence (run_id, owner,
+# attempt) and is reported on its own row (`fenced` 0: that run's lease was lost; its
+# messages, events, files and states are not written, the other runs' are). Each
+# TurnWrite field that is one value per run is here an array of the same name, one
+# element per run (jsonb values as text); each run's rows are tagged with its run id
+# (msg_runs, ev_runs, file_runs, state_runs: turn.TURN_ROWS). One statement: one round
+# trip, one commit, one executor start for the batch.
 # The fence locks its rows first, found by primary key and in id order (`locked`: the
 # lock order of every statement that locks several runs rows, HEARTBEAT; a plain
 # UPDATE … FROM would lock them in whatever order its plan visits them, a bitmap scan's
 # physical order, say). Most of what is left of its cost is the foreign-key checks of the rows it
 # inserts (messages: session and run; run_events: run), about a third (EXPLAIN ANALYZE).
-CHECKPOINT_MANY = f"""
+CHECKPOINT_MANY_NAMED = f"""
 WITH u AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[],
-        $6::float8[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
-        $28::text[])
+    SELECT * FROM unnest(:run_id::uuid[], :owner::text[], :attempt::int[],
+        :state_json::text[], :status::text[], :lease_s::float8[], :error::text[],
+        :usage::text[], :trace_parent::text[], :limit_reached::text[], :waiting::text[],
+        :output::text[])
         AS u(id, owner, attempt, state, status, lease_s, error, usage, tp, lim, waiting, output)
 ), locked AS (
-    SELECT id FROM runs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+    SELECT id FROM runs WHERE id = ANY(:run_id::uuid[]) ORDER BY id FOR UPDATE
 ), fence AS (
     UPDATE runs r SET state_json = coalesce(u.state::jsonb, r.state_json),
         queued_at = CASE WHEN u.status = 'released' THEN now() ELSE r.queued_at END,
@@ -57,19 +143,22 @@ WITH u AS (
 ), msgs AS (
     INSERT INTO messages (session_id, seq, run_id, role, content)
     SELECT f.session_id, m.seq, f.id, m.role, m.content::jsonb
-    FROM unnest($12::uuid[], $13::int[], $14::text[], $15::text[]) AS m(run, seq, role, content)
+    FROM unnest(:msg_runs::uuid[], :msg_seqs::int[], :msg_roles::text[], :msg_contents::text[])
+        AS m(run, seq, role, content)
     JOIN fence f ON f.id = m.run
     RETURNING 1
 ), evs AS (
     INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
     SELECT f.id, e.seq, e.type, e.payload::jsonb, f.owner, f.attempt
-    FROM unnest($16::uuid[], $17::int[], $18::text[], $19::text[]) AS e(run, seq, type, payload)
+    FROM unnest(:ev_runs::uuid[], :ev_seqs::int[], :ev_types::text[], :ev_payloads::text[])
+        AS e(run, seq, type, payload)
     JOIN fence f ON f.id = e.run
     RETURNING 1
 ), files AS (
     INSERT INTO run_files (run_id, path, content, size, tool_use_id)
     SELECT f.id, w.path, w.content, w.size, w.tool_use_id
-    FROM unnest($20::uuid[], $21::text[], $22::text[], $23::int[], $24::text[])
+    FROM unnest(:file_runs::uuid[], :file_paths::text[], :file_contents::text[],
+        :file_sizes::int[], :file_tool_use_ids::text[])
         AS w(run, path, content, size, tool_use_id)
     JOIN fence f ON f.id = w.run
     {FILES_UPSERT}
@@ -77,7 +166,8 @@ WITH u AS (
 ), snap AS (
     INSERT INTO run_states (run_id, turn, state_json)
     SELECT f.id, k.turn, k.state::jsonb
-    FROM unnest($25::uuid[], $26::int[], $27::text[]) AS k(run, turn, state)
+    FROM unnest(:state_runs::uuid[], :state_turns::int[], :state_jsons::text[])
+        AS k(run, turn, state)
     JOIN fence f ON f.id = k.run
     ON CONFLICT (run_id, turn) DO UPDATE SET state_json = EXCLUDED.state_json
     RETURNING 1
@@ -89,3 +179,43 @@ SELECT u.id::text AS id, (f.id IS NOT NULL)::int AS fenced,
     coalesce(f.cancel_requested, false) AS cancel, (SELECT count(*) FROM done) AS notified
 FROM u LEFT JOIN fence f ON f.id = u.id
 """
+CHECKPOINT_MANY = compile_named(CHECKPOINT_MANY_NAMED, MANY_FIELDS)
+
+# One small commit per completed tool call: result + state + its event, fenced.
+# tool_calls is the resume journal, one row per (run, tool_use_id): a later turn
+# that reuses an id replaces the row (tagged with its assistant message's seq);
+# the same turn's second call with that id (an error result) never does.
+# The run files the call produced (State.file_writes) go in the same statement, only
+# through the fence: a worker that lost its lease writes no file.
+RECORD_TOOL_NAMED = f"""
+WITH fence AS (
+    UPDATE runs SET state_json = :state_json::jsonb,
+        lease_expires_at = now() + make_interval(secs => :lease_s)
+    WHERE id = :run_id AND lease_owner = :owner AND attempt = :attempt AND status = 'running'
+    RETURNING id, cancel_requested
+), rec AS (
+    INSERT INTO tool_calls (run_id, tool_use_id, name, result, attempt, message_seq)
+    SELECT f.id, :tool_use_id, :tool_name, :result::jsonb, :attempt, :message_seq FROM fence f
+    ON CONFLICT (run_id, tool_use_id) DO UPDATE SET name = EXCLUDED.name,
+        result = EXCLUDED.result, attempt = EXCLUDED.attempt,
+        message_seq = EXCLUDED.message_seq, created_at = now()
+    WHERE tool_calls.message_seq IS NULL OR tool_calls.message_seq < EXCLUDED.message_seq
+    RETURNING 1
+), ev AS (
+    INSERT INTO run_events (run_id, seq, type, payload, worker_id, attempt)
+    SELECT f.id, :ev_seq, :ev_type, :ev_payload::text::jsonb, :owner, :attempt FROM fence f
+    RETURNING 1
+), files AS (
+    INSERT INTO run_files (run_id, path, content, size, tool_use_id)
+    SELECT f.id, w.path, w.content, w.size, w.tool_use_id
+    FROM fence f, unnest(:file_paths::text[], :file_contents::text[], :file_sizes::int[],
+        :file_tool_use_ids::text[]) AS w(path, content, size, tool_use_id)
+    {FILES_UPSERT}
+    RETURNING 1
+)
+SELECT count(*) AS fenced, coalesce(bool_or(cancel_requested), false) AS cancel FROM fence
+"""
+RECORD_TOOL = compile_named(RECORD_TOOL_NAMED, TOOL_FIELDS)
+
+# The statement each record is written with (the group commit and PoolWriter look it up).
+STATEMENT_OF: dict[type[FencedWrite], str] = {TurnWrite: CHECKPOINT, ToolWrite: RECORD_TOOL}
