@@ -18,7 +18,8 @@ from hango_worker.agent.ports import Event, Fenced
 from hango_worker.agent.state import FileWrite, State
 from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.provider.types import ToolResultBlock, ToolUseBlock
-from hango_worker.run.io import Claim, PgRunIO
+from hango_worker.run.claim import Claim
+from hango_worker.run.io import PgRunIO
 from hango_worker.store import sql
 from hango_worker.store.gc import gc
 from hango_worker.testing.chaos_tools import big_text, ensure_table

@@ -18,9 +18,10 @@ from hango_worker.agent.ports import Event, Fenced, Outcome
 from hango_worker.agent.state import FileWrite, State, Todo
 from hango_worker.provider.types import Message, TextBlock
 from hango_worker.run import worker as worker_module
+from hango_worker.run.claim import Claim
 from hango_worker.run.execute import RunDeps
 from hango_worker.run.group import GroupCommit
-from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer
+from hango_worker.run.io import CONNECTION_ERRORS, PgRunIO, Writer
 from hango_worker.run.worker import InFlight, Worker
 from hango_worker.tool.registry import Registry
 from tests.helpers import scripted

@@ -7,8 +7,8 @@ import json
 
 import asyncpg
 
+from hango_worker.run.claim import Claim
 from hango_worker.run.execute import LoadError, load
-from hango_worker.run.io import Claim
 from hango_worker.store import db, sql
 from tests.worker_helpers import enqueue, make_agent
 

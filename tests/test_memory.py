@@ -17,7 +17,8 @@ from prometheus_client import REGISTRY
 from hango_worker.agent.middlewares.memory import FENCED, Memory, MemoryBinding
 from hango_worker.agent.ports import MemoryScope
 from hango_worker.agent.stack import StackConfig, default_stack
-from hango_worker.run.io import Claim, PgRunIO
+from hango_worker.run.claim import Claim
+from hango_worker.run.io import PgRunIO
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.store import repo, sql
 from hango_worker.testing.inmem import InMemoryMemoryStore, make_state, run_agent

@@ -14,7 +14,8 @@ import pytest
 from hango_worker.agent.ports import Event, Outcome
 from hango_worker.agent.state import State
 from hango_worker.provider.types import Message, TextBlock
-from hango_worker.run.io import Claim, PgRunIO
+from hango_worker.run.claim import Claim
+from hango_worker.run.io import PgRunIO
 from hango_worker.store import sql, sql_checkpoint
 from hango_worker.store.turn import (
     MANY_FIELDS,

@@ -31,7 +31,8 @@ from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, message_from_dict
 from hango_worker.run.blobs import inline_blobs, inline_results, input_message
 from hango_worker.run.budget import BudgetDirectory, RunBudgetGate
-from hango_worker.run.io import CONNECTION_ERRORS, Claim, PgRunIO, Writer, decode_json
+from hango_worker.run.claim import Claim, decode_json
+from hango_worker.run.io import CONNECTION_ERRORS, PgRunIO, Writer
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.run.ratelimit import RunRateGate
 from hango_worker.run.skills import PgSkillStore

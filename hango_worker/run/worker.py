@@ -20,9 +20,10 @@ import asyncpg
 from hango_worker.agent.control import RunControl
 from hango_worker.agent.ports import Fenced
 from hango_worker.run.bounded import close_pool, within
+from hango_worker.run.claim import Claim
 from hango_worker.run.execute import RunDeps, execute, fail_run, run_control
 from hango_worker.run.group import GroupCommit
-from hango_worker.run.io import CONNECTION_ERRORS, Claim, discard_connections
+from hango_worker.run.io import CONNECTION_ERRORS, discard_connections
 from hango_worker.run.listener import Listener
 from hango_worker.run.schema_gate import SchemaGate, schema_mismatch
 from hango_worker.run.stream import TextPublisher

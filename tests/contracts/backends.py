@@ -14,7 +14,8 @@ import asyncpg
 
 from hango_worker.agent.ports import FileStore, MemoryScope, MemoryStore, RunIO, SkillStore
 from hango_worker.agent.state import State
-from hango_worker.run.io import Claim, PgRunIO
+from hango_worker.run.claim import Claim
+from hango_worker.run.io import PgRunIO
 from hango_worker.run.memory import PgMemoryStore
 from hango_worker.run.skills import PgSkillStore
 from hango_worker.store import repo, sql
