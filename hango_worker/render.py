@@ -175,12 +175,23 @@ def _counts(d: Any, what: str) -> str:
     return f" · {what} " + ", ".join(f"{k} {v}" for k, v in sorted(d.items()))
 
 
+def _tenure(run: dict[str, Any]) -> str:
+    """How the claims before this one ended, when not all in one go: handed back by
+    stopping workers (not failures) or lost (the lease expired since the last progress)."""
+    parts = []
+    if run.get("handed_back"):
+        parts.append(f"{run['handed_back']} handed back at shutdowns")
+    if run.get("lost_count"):
+        parts.append(f"{run['lost_count']} lost since the last turn")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def print_run(p: Painter, run: dict[str, Any]) -> None:
     status = run["status"]
     colour = (
         GREEN if status == "succeeded" else RED if status in ("failed", "cancelled") else YELLOW
     )
-    p.line(f"run {run['id']}  {p(status, BOLD, colour)}  attempt {run['attempt']}")
+    p.line(f"run {run['id']}  {p(status, BOLD, colour)}  attempt {run['attempt']}{_tenure(run)}")
     p.line(
         f"session {run['session_id']}  created {run['created_at']}  finished {run['finished_at']}"
     )

@@ -45,10 +45,15 @@ _STDERR: dict[int, tempfile._TemporaryFileWrapper[bytes]] = {}
 
 
 async def start_worker(
-    env: dict[str, str], *, until_idle: bool = False, cwd: Path | None = None
+    env: dict[str, str],
+    *,
+    until_idle: bool = False,
+    cwd: Path | None = None,
+    logs: bool = False,
 ) -> asyncio.subprocess.Process:
     """`hango-worker run` as a process. Its stderr goes to a file (`stderr_of`): a pipe
-    nobody reads fills up and blocks the worker on its next write."""
+    nobody reads fills up and blocks the worker on its next write. `logs`: its log
+    lines (stdout) go to that file too."""
     args = ["-m", "hango_worker.cli", "run"] + (["--until-idle"] if until_idle else [])
     err = tempfile.NamedTemporaryFile(prefix="hango-worker-stderr-")  # noqa: SIM115 - kept open
     proc = await asyncio.create_subprocess_exec(
@@ -56,7 +61,7 @@ async def start_worker(
         *args,
         env=env,
         cwd=cwd,
-        stdout=asyncio.subprocess.DEVNULL,
+        stdout=err if logs else asyncio.subprocess.DEVNULL,
         stderr=err,
     )
     _STDERR[proc.pid] = err

@@ -20,6 +20,7 @@ import asyncpg
 import pytest
 from prometheus_client import REGISTRY
 
+from hango_worker.agent import assemble
 from hango_worker.agent import compaction as cp
 from hango_worker.agent.context import ContextEstimate, context_window, messages_chars
 from hango_worker.agent.offload import offloaded
@@ -27,7 +28,6 @@ from hango_worker.agent.spec import AgentConfig
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.provider.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from hango_worker.run import execute
 from hango_worker.service import serve
 from hango_worker.store import repo
 from hango_worker.testing import FakeAnthropic
@@ -214,7 +214,7 @@ async def test_a_long_run_fails_without_the_ladder_and_finishes_with_it(
     await make_agent(pool, keep_tool_results=2, offload_threshold_bytes=20_000)
     fake.handler = PageModel(LONG_RUN)
     with monkeypatch.context() as mp:
-        mp.setattr(execute, "default_stack", without_both)
+        mp.setattr(assemble, "default_stack", without_both)  # the one assembly
         bare = await enqueue(pool)
         await work(dsn, fake)
     run = await details(pool, bare)

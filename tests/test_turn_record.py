@@ -30,6 +30,7 @@ from hango_worker.store.turn import (
 from tests.worker_helpers import enqueue_and_claim
 
 WORKER = "record-worker"
+LOST_BEFORE = 2
 
 # -- compile_named ---------------------------------------------------------------------------
 
@@ -154,6 +155,7 @@ def _turn(run_id: str, attempt: int, *, status: str | None) -> TurnWrite:
         limit_reached="max_turns" if status else None,
         waiting={"reason": "approval", "timeout_s": 60.0} if status == "waiting" else None,
         output=json.dumps({"answer": 42}) if status == "succeeded" else None,
+        progressed=status in (None, "succeeded", "released"),
         msg_seqs=[1, 2],
         msg_roles=["user", "assistant"],
         msg_contents=[json.dumps([{"type": "text", "text": t}]) for t in ("go", "done")],
@@ -173,7 +175,8 @@ async def _written(pool: asyncpg.Pool, run_id: str) -> dict[str, Any]:
     """What one run's write left in each table, without ids and times."""
     run = await pool.fetchrow(
         "SELECT state_json, status, error, usage, trace_parent, limit_reached, output, "
-        "waiting_for, lease_owner, (lease_expires_at IS NOT NULL) AS leased, "
+        "waiting_for, lease_owner, (lease_expires_at IS NOT NULL) AS leased, lost_count, "
+        "handed_back, "
         "(finished_at IS NOT NULL) AS finished, (waiting_until IS NOT NULL) AS until "
         "FROM runs WHERE id = $1",
         run_id,
@@ -198,13 +201,16 @@ def _expected(rec: TurnWrite) -> dict[str, Any]:
     return {
         "run": {
             "state_json": rec.state_json,
-            "status": rec.status or "running",
+            "status": {None: "running", "released": "queued"}.get(rec.status, rec.status),
             "error": rec.error,
             "usage": rec.usage,
             "trace_parent": rec.trace_parent,
             "limit_reached": rec.limit_reached,
             "output": None if rec.output is None else json.loads(rec.output),
             "waiting_for": rec.waiting,
+            # every test run starts with 2 lost leases (LOST_BEFORE): progress resets them
+            "lost_count": 0 if rec.progressed else LOST_BEFORE,
+            "handed_back": 1 if rec.status == "released" else 0,
             "lease_owner": None if ended else rec.owner,
             "leased": not ended,
             "finished": rec.status in ("succeeded", "failed"),
@@ -233,11 +239,12 @@ def _expected(rec: TurnWrite) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("status", [None, "succeeded", "failed", "waiting"])
+@pytest.mark.parametrize("status", [None, "succeeded", "failed", "waiting", "released"])
 async def test_one_run_and_several_at_once_write_each_field_into_its_column(
     pool: asyncpg.Pool, status: str | None
 ) -> None:
     one, *many = await enqueue_and_claim(pool, 3, WORKER)
+    await pool.execute("UPDATE runs SET lost_count = $1", LOST_BEFORE)
     recs = [_turn(r["id"], r["attempt"], status=status) for r in (one, *many)]
     row = await pool.fetchrow(sql.CHECKPOINT, *recs[0].args())
     assert (row["fenced"], row["cancel"]) == (1, False)
@@ -249,6 +256,7 @@ async def test_one_run_and_several_at_once_write_each_field_into_its_column(
 
 async def test_a_run_fenced_out_of_a_shared_checkpoint_writes_nothing(pool: asyncpg.Pool) -> None:
     a, b = await enqueue_and_claim(pool, 2, WORKER)
+    await pool.execute("UPDATE runs SET lost_count = $1", LOST_BEFORE)
     ok = _turn(a["id"], a["attempt"], status=None)
     lost = dataclasses.replace(_turn(b["id"], b["attempt"], status=None), owner="someone else")
     rows = await pool.fetch(sql.CHECKPOINT_MANY, *checkpoint_many_args([ok, lost]))
@@ -352,3 +360,23 @@ async def test_fail_leaves_the_state_and_writes_its_event(pool: asyncpg.Pool) ->
         (1, "run_finished", {"status": "failed", "error": error}, WORKER, 1)
     ]
     assert [written[k] for k in ("messages", "files", "states")] == [[], [], []]
+
+
+async def test_only_a_committed_model_turn_resets_the_lost_leases(pool: asyncpg.Pool) -> None:
+    """lost_count counts lost leases since the run last made progress: a checkpoint that
+    commits an assistant message resets it, one without (a resumed attempt's first
+    write, say) leaves it, so a run that crashes its worker before any progress still
+    reaches HANGO_MAX_ATTEMPTS."""
+    (r,) = await enqueue_and_claim(pool, 1, WORKER)
+    await pool.execute("UPDATE runs SET lost_count = $1", LOST_BEFORE)
+    io = _io(pool, r)
+    c = io.claim
+    state = State(c.run_id, c.session_id, c.agent_id, c.tenant_id)
+
+    async def lost() -> int:
+        return int(await pool.fetchval("SELECT lost_count FROM runs WHERE id = $1", c.run_id))
+
+    await io.checkpoint(state, [Message("user", [TextBlock(text="go")])], [], None)
+    assert await lost() == LOST_BEFORE
+    await io.checkpoint(state, [Message("assistant", [TextBlock(text="ok")])], [], None)
+    assert await lost() == 0

@@ -164,6 +164,12 @@ class Worker:
             return
         self._stopping = True
         self._stop.set()
+        log.info(
+            "shutdown requested: claiming stopped; %d runs in flight get %gs to finish their "
+            "calls and reach a turn boundary, then are handed back",
+            len(self._inflight),
+            self.settings.shutdown_grace_s,
+        )
         for f in self._inflight.values():
             f.control.shutdown = True
         self._wake.set()

@@ -290,7 +290,7 @@ RUN_COLUMNS = (
     "attempt, lease_owner, lease_expires_at, cancel_requested, error, usage, created_at, "
     "started_at, finished_at, limit_reached, waiting_for::text AS waiting_for, "
     "waiting_since, waiting_until, parent_run_id::text AS parent_run_id, parent_tool_use_id, "
-    "depth, priority, output::text AS output"
+    "depth, priority, output::text AS output, handed_back, lost_count"
 )
 
 

@@ -101,7 +101,8 @@ runs = Table(
     Column("input", JSONB, nullable=False),
     Column("state_json", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("attempt", Integer, nullable=False, server_default=text("0")),
-    # attempts that ended with the lease expiring (worker lost); reset by resume
+    # lease expiries (worker lost) since the run last made progress (a model turn
+    # committed); reset by resume
     Column("lost_count", Integer, nullable=False, server_default=text("0")),
     Column("lease_owner", Text),
     Column("lease_expires_at", DateTime(timezone=True)),
@@ -134,6 +135,9 @@ runs = Table(
     # a run of an agent with an output_schema: its final answer, parsed and validated
     # (agent/middlewares/output.py); NULL otherwise
     Column("output", JSONB),
+    # claims that ended in a hand-back by a stopping worker (not lost, not a failure):
+    # the attempts that count are attempt - handed_back (migration 0018)
+    Column("handed_back", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("priority BETWEEN 0 AND 1000", name="runs_priority_check"),
     CheckConstraint(
         "status IN (" + ", ".join(f"'{s}'" for s in RUN_STATUSES) + ")",

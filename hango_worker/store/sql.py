@@ -97,7 +97,7 @@ RETURNING r.id::text, r.attempt, r.cancel_requested
 HAND_BACK = """
 WITH h AS (
     UPDATE runs r SET status = 'queued', queued_at = now(),
-        lease_owner = NULL, lease_expires_at = NULL
+        lease_owner = NULL, lease_expires_at = NULL, handed_back = r.handed_back + 1
     FROM unnest($2::uuid[], $3::int[]) AS b(id, attempt)
     WHERE r.id = b.id AND r.attempt = b.attempt AND r.lease_owner = $1
       AND r.status = 'running'

@@ -49,6 +49,8 @@ WITH fence AS (
         trace_parent = coalesce(:trace_parent::text, trace_parent),
         limit_reached = coalesce(:limit_reached::text, limit_reached),
         output = coalesce(:output::text::jsonb, output),
+        lost_count = CASE WHEN :progressed::bool THEN 0 ELSE lost_count END,
+        handed_back = handed_back + CASE WHEN :status::text = 'released' THEN 1 ELSE 0 END,
         waiting_for = CASE WHEN :status::text = 'waiting' THEN :waiting::jsonb
                            WHEN :status::text = 'released' THEN waiting_for ELSE NULL END,
         waiting_since = CASE WHEN :status::text = 'waiting' THEN now() ELSE waiting_since END,
@@ -110,8 +112,9 @@ WITH u AS (
     SELECT * FROM unnest(:run_id::uuid[], :owner::text[], :attempt::int[],
         :state_json::text[], :status::text[], :lease_s::float8[], :error::text[],
         :usage::text[], :trace_parent::text[], :limit_reached::text[], :waiting::text[],
-        :output::text[])
-        AS u(id, owner, attempt, state, status, lease_s, error, usage, tp, lim, waiting, output)
+        :output::text[], :progressed::bool[])
+        AS u(id, owner, attempt, state, status, lease_s, error, usage, tp, lim, waiting, output,
+             progressed)
 ), locked AS (
     SELECT id FROM runs WHERE id = ANY(:run_id::uuid[]) ORDER BY id FOR UPDATE
 ), fence AS (
@@ -130,6 +133,8 @@ WITH u AS (
         trace_parent = coalesce(u.tp, r.trace_parent),
         limit_reached = coalesce(u.lim, r.limit_reached),
         output = coalesce(u.output::jsonb, r.output),
+        lost_count = CASE WHEN u.progressed THEN 0 ELSE r.lost_count END,
+        handed_back = r.handed_back + CASE WHEN u.status = 'released' THEN 1 ELSE 0 END,
         waiting_for = CASE WHEN u.status = 'waiting' THEN u.waiting::jsonb
                            WHEN u.status = 'released' THEN r.waiting_for ELSE NULL END,
         waiting_since = CASE WHEN u.status = 'waiting' THEN now() ELSE r.waiting_since END,

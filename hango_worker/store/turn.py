@@ -73,6 +73,9 @@ class TurnWrite:
     limit_reached: str | None = None
     waiting: Any = None  # runs.waiting_for (jsonb), with status 'waiting'
     output: str | None = None  # runs.output as JSON text (a structured final answer)
+    # a model turn was committed (an assistant message among the messages): the run
+    # made progress, so its count of lost leases starts again (runs.lost_count)
+    progressed: bool = False
     # messages, one element per message (content: JSON text)
     msg_seqs: Sequence[int] = ()
     msg_roles: Sequence[str] = ()

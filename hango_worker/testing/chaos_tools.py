@@ -83,6 +83,30 @@ def _hang(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return ToolResult("woke up")
 
 
+async def _gate(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    """Touches `<dir>/started-<n>`, then waits until `<dir>/go-<n>` exists: a test
+    decides when the call ends (a call in flight at the moment it chooses)."""
+    await _record("gate", ctx)
+    folder, n = Path(str(args["dir"])), int(args["n"])
+    (folder / f"started-{n}").touch()
+    while not (folder / f"go-{n}").exists():  # noqa: ASYNC110 - another process's file
+        await asyncio.sleep(0.02)
+    return ToolResult(f"gate {n} passed")
+
+
+def gated_script(turns: int, folder: Path) -> list[dict[str, Any]]:
+    """`turns` turns each calling `gate` (n = 0, 1, …), then a final answer."""
+    out: list[dict[str, Any]] = [
+        {
+            "text": f"Turn {i}.",
+            "tool_calls": [{"name": "gate", "input": {"dir": str(folder), "n": i}}],
+        }
+        for i in range(turns)
+    ]
+    out.append({"text": "All gates passed."})
+    return out
+
+
 def big_text(size: int, width: int = 200) -> str:
     """Exactly `size` bytes of numbered ASCII lines of `width` bytes (newline included):
     the same text every time, so a test can rebuild what a tool returned."""
@@ -133,6 +157,18 @@ TOOLS = [
             "required": ["marker"],
         },
         _hang,
+        idempotent=False,
+    ),
+    # not idempotent: a call cut off by a crash is answered as interrupted, never re-run
+    Tool(
+        "gate",
+        "Waits for the test's go.",
+        {
+            "type": "object",
+            "properties": {"dir": {"type": "string"}, "n": {"type": "integer"}},
+            "required": ["dir", "n"],
+        },
+        _gate,
         idempotent=False,
     ),
     Tool(
