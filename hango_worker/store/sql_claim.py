@@ -1,6 +1,7 @@
 """The claim and the fleet's limits, named in store/sql.py with every hot-path statement:
 CLAIM (fair across tenants, priority then age, max_running per tenant and agent),
-TENANT_RUNNING (the per-tenant gauge), RATE_TAKE / RATE_SETTLE (the fleet-wide model
+TENANT_RUNNING (the per-tenant gauge), QUEUE_CLAIMABLE (the claimable backlog, the
+autoscaler's signal), RATE_TAKE / RATE_SETTLE (the fleet-wide model
 rate limit, run/ratelimit.py). See docs/operations.md "Tenants, fairness and limits".
 """
 
@@ -144,6 +145,38 @@ SELECT k.id::text, k.tenant_id::text, k.session_id::text, k.agent_id::text, k.in
     k.state_json, k.attempt, k.trace_parent, k.cancel_requested, k.usage, k.waiting_for,
     k.depth, k.parent_run_id, k.queued_s, k.started_s, ld.*
 FROM claimed k LEFT JOIN LATERAL ({_CLAIMED_LOAD}) ld ON true
+"""
+
+# The claimable backlog, for the hango_queue_claimable gauge (the sweep; the autoscaler's
+# signal, docs/operations.md "Autoscaling on work"): the queued runs a worker with free
+# slots could claim now, by CLAIM's own rules. A run counts when _CLAIMABLE holds (queued,
+# attempt in range, no other run of its session running), at most its agent's free slots
+# (agents.max_running less the agent's running runs) and, per tenant, at most the
+# tenant's free slots. Runs of a tenant at its limit, of an agent at its limit, waiting
+# runs and runs whose session is busy are not counted: another worker would not claim
+# them. Rate limits are not known here (their key is the worker's setting): a claimable
+# run that will sleep on one once claimed counts like any other.
+# Cost: per tenant, one probe of runs_tenant_running_idx when it has a limit (a tenant
+# at its limit stops there) and an index scan of its queued runs in runs_tenant_queue_idx
+# (a heap fetch and a runs_session_idx probe each), at most $1 of them: O(tenants +
+# claimable runs up to $1 per tenant), a few milliseconds per thousand queued runs.
+QUEUE_CLAIMABLE = f"""
+SELECT coalesce(sum(least(a.n, coalesce(f.free, a.n))), 0)::bigint AS claimable
+FROM tenants t
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN t.max_running IS NOT NULL
+        THEN greatest(t.max_running - ({_RUNNING_OF}t.id), 0) END AS free
+) f
+CROSS JOIN LATERAL (
+    SELECT sum(CASE WHEN ag.max_running IS NULL THEN q.n ELSE least(q.n, greatest(
+        ag.max_running - ({_RUNNING_OF}t.id AND c.agent_id = q.agent_id), 0)) END) AS n
+    FROM (SELECT r.agent_id, count(*) AS n
+          FROM (SELECT r.agent_id FROM runs r
+                WHERE r.tenant_id = t.id AND {_CLAIMABLE} LIMIT $1) r
+          GROUP BY r.agent_id) q
+    LEFT JOIN agents ag ON ag.id = q.agent_id
+) a
+WHERE f.free IS NULL OR f.free > 0
 """
 
 # A claimed run's start, when the claim did not bring it (a test's own claim, say):
