@@ -15,9 +15,9 @@ METRIC = "hango_fleet_load"
 FORMULA = (
     '(sum(hango_worker_slots{job="hango-worker",state="used"}) '
     '+ max(hango_queue_claimable{job="hango-worker"})) '
-    '/ avg(hango_worker_slots{job="hango-worker",state="total"})'
+    '/ avg(hango_worker_slots{job="hango-worker",state="total"} > 0)'
 )
-AGGREGATION = re.compile(r"(sum|max|avg)\((\w+)\{([^}]*)\}\)")
+AGGREGATION = re.compile(r"(sum|max|avg)\((\w+)\{([^}]*)\}( > 0)?\)")
 
 
 def hpa() -> dict[str, Any]:
@@ -44,12 +44,13 @@ def target() -> float:
 
 def evaluate(query: str, series: dict[str, list[tuple[dict[str, str], float]]]) -> float:
     """The query over `series` (metric -> [(labels, value)]): each `agg(metric{matchers})`
-    is computed, then the arithmetic left (numbers, + - * / and parentheses)."""
+    (`> 0`: of the positive values) is computed, then the arithmetic left (numbers, + - * / and parentheses)."""
 
     def aggregate(m: re.Match[str]) -> str:
-        agg, name, matchers = m.groups()
+        agg, name, matchers, positive = m.groups()
         want = dict(re.findall(r'(\w+)="([^"]*)"', matchers))
         values = [v for labels, v in series[name] if want.items() <= labels.items()]
+        values = [v for v in values if v > 0] if positive else values
         assert values, f"no series for {m.group(0)}"
         fn = {"sum": sum, "max": max, "avg": lambda vs: sum(vs) / len(vs)}[agg]
         return repr(float(fn(values)))
@@ -133,5 +134,7 @@ def test_replicas_follow_running_and_claimable_runs() -> None:
     burst = fleet([(8, 8), (8, 8)], claimable=40)
     assert evaluate(FORMULA, burst) == 7
     assert desired_replicas(7, 2) == math.ceil(7 / target())
-    # the workers' concurrency is what a replica is worth (avg over the workers)
+    # the workers' concurrency is what a replica is worth (avg over the workers); a
+    # worker still starting (its slots not set yet: total 0) does not lower it
     assert evaluate(FORMULA, fleet([(10, 16), (6, 16)], claimable=16)) == 2
+    assert evaluate(FORMULA, fleet([(10, 16), (6, 16), (0, 0)], claimable=16)) == 2
