@@ -1,6 +1,8 @@
 """Autoscaling on work (docs/operations.md "Autoscaling on work"): hpa.yaml scales on
 `hango_fleet_load`, which prometheus-adapter serves from the documented formula, with a
-target that never scales down a fleet busy with long runs and a slow scale-down."""
+target that never scales down a fleet busy with long runs and a slow scale-down. The
+formula is evaluated here by hand and by Prometheus (deploy/prometheus/tests/autoscaling.yaml,
+`promtool test rules`, make test-deploy)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import math
 import re
 from typing import Any
 
-from tests.test_deploy import K8S, OPERATIONS, k8s, load_yaml, metric_names
+from tests.test_deploy import DEPLOY, K8S, OPERATIONS, k8s, load_yaml, metric_names
 
 METRIC = "hango_fleet_load"
 FORMULA = (
@@ -114,6 +116,10 @@ def test_the_adapter_serves_the_documented_formula() -> None:
     # the load counts slots and the claimable backlog, never the raw queue depth
     assert metric_names(FORMULA) == {"hango_worker_slots", "hango_queue_claimable"}
     assert FORMULA in OPERATIONS.read_text(encoding="utf-8")
+    # and Prometheus evaluates that very query in `promtool test rules` (make test-deploy)
+    cases = load_yaml(DEPLOY / "prometheus" / "tests" / "autoscaling.yaml")["tests"]
+    exprs = [t["expr"] for case in cases for t in case["promql_expr_test"]]
+    assert exprs and set(exprs) == {FORMULA}
 
 
 def test_a_fleet_busy_with_long_runs_is_never_scaled_down() -> None:
