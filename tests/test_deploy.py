@@ -296,6 +296,7 @@ def test_dashboard_covers_what_the_operator_needs() -> None:
     for name in (
         "hango_runs_finished_total",
         "hango_queue_depth",
+        "hango_queue_claimable",
         "hango_queue_oldest_age_seconds",
         "hango_run_duration_seconds_bucket",
         "gen_ai_client_operation_duration_seconds_bucket",
