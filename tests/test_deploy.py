@@ -5,7 +5,8 @@ Docker is not available here, so the image itself is not built; instead the
 Dockerfile is read and its final stage's install step is run as-is.
 
 `used_metric_names()` is shared with the live-scrape test: every metric name the
-dashboard, the alerts, the HPA and prometheus-adapter query.
+dashboard, the alerts and prometheus-adapter query (the HPA's metric is the adapter's,
+tests/test_deploy_autoscaling.py).
 """
 
 from __future__ import annotations
@@ -240,12 +241,12 @@ def adapter_exprs() -> list[str]:
 
 
 def used_metric_names() -> set[str]:
-    """Every metric name queried by the dashboard, the alerts and the autoscaling."""
+    """Every metric name queried by the dashboard, the alerts and the autoscaling (the
+    adapter's queries: the HPA names what the adapter serves,
+    tests/test_deploy_autoscaling.py)."""
     names: set[str] = set()
     for expr in (*dashboard_exprs(), *alert_exprs(), *adapter_exprs()):
         names |= metric_names(expr)
-    metric = k8s("HorizontalPodAutoscaler")["spec"]["metrics"][0]
-    names.add(metric["external"]["metric"]["name"])
     return names
 
 
@@ -295,6 +296,7 @@ def test_dashboard_covers_what_the_operator_needs() -> None:
     for name in (
         "hango_runs_finished_total",
         "hango_queue_depth",
+        "hango_queue_claimable",
         "hango_queue_oldest_age_seconds",
         "hango_run_duration_seconds_bucket",
         "gen_ai_client_operation_duration_seconds_bucket",
@@ -695,21 +697,6 @@ def test_k8s_migration_job() -> None:
     assert job["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     assert _env_from(c) == _env_from(worker_container())
     assert c["image"] == worker_container()["image"]
-
-
-def test_k8s_hpa_scales_on_queue_depth_through_the_adapter() -> None:
-    hpa = k8s("HorizontalPodAutoscaler")
-    assert hpa["apiVersion"] == "autoscaling/v2"
-    assert hpa["spec"]["scaleTargetRef"]["name"] == k8s("Deployment")["metadata"]["name"]
-    (metric,) = hpa["spec"]["metrics"]
-    assert metric["type"] == "External"
-    name = metric["external"]["metric"]["name"]
-    assert name == "hango_queue_depth"
-    values = load_yaml(K8S / "prometheus-adapter-values.yaml")
-    served = {rule["name"]["as"] for rule in values["rules"]["external"]}
-    assert name in served
-    assert hpa["spec"]["minReplicas"] >= 1
-    assert hpa["spec"]["maxReplicas"] >= hpa["spec"]["minReplicas"]
 
 
 def test_k8s_gc_cronjob_runs_gc_like_the_workers() -> None:

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import REGISTRY
 
 import hango_worker.telemetry.metrics  # registers every metric
@@ -34,11 +35,17 @@ METRIC = re.compile(r"(?<![\w./'\"])((?:hango|gen_ai)_[a-z0-9_]*[a-z0-9])")
 EVENT = re.compile(
     r"(?<![\w./(-])((?:middleware|model|tool|agent)\.(?!(?:py|md|png|json|yaml)\b)[a-z_]+)(?![\w.()/-])"
 )
-# the package itself, the LISTEN/NOTIFY channels (store/sql.py), the SQL API's names
+# the package itself, the LISTEN/NOTIFY channels (store/sql.py), the SQL API's names, the
+# External metrics prometheus-adapter serves from the registered ones (hango_fleet_load)
+ADAPTER = ROOT / "deploy" / "k8s" / "prometheus-adapter-values.yaml"
 NOT_NAMES = (
     {"hango_worker"}
     | {v for k, v in vars(sql).items() if k.endswith("_CHANNEL")}
     | producer_api.SQL_NAMES  # the producer SQL API's schema, role and functions
+    | {
+        r["name"]["as"]
+        for r in yaml.safe_load(ADAPTER.read_text(encoding="utf-8"))["rules"]["external"]
+    }
 )
 SUFFIXES = ("", "_total", "_bucket", "_sum", "_count")
 

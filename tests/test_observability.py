@@ -151,6 +151,7 @@ EXPECTED = {
     "hango_runs_finished": ("counter", {"status"}),
     "hango_run_duration_seconds": ("histogram", {"status"}),
     "hango_queue_depth": ("gauge", set()),
+    "hango_queue_claimable": ("gauge", set()),
     "hango_queue_oldest_age_seconds": ("gauge", set()),
     "hango_lease_reclaims": ("counter", set()),
     "hango_model_tokens": ("counter", {"type"}),

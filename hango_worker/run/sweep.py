@@ -21,6 +21,10 @@ from hango_worker.telemetry import metrics
 
 log = logging.getLogger(__name__)
 
+# hango_queue_claimable counts at most this many queued runs per tenant (store/sql.py
+# QUEUE_CLAIMABLE's cost stays bounded; no fleet claims more in one sweep interval).
+CLAIMABLE_CAP = 10_000
+
 
 async def _fetch(pool: asyncpg.Pool, what: str, query: str, *args: Any) -> list[Any]:
     try:
@@ -39,6 +43,8 @@ async def sweep(
     n += await _wake_parents(pool)
     n += await sweep_budgets(pool, budgets)  # after the reclaim: its holds are stale now
     _gauges(await _fetch(pool, "queue stats", sql.QUEUE_STATS))
+    for r in await _fetch(pool, "claimable runs", sql.QUEUE_CLAIMABLE, CLAIMABLE_CAP):
+        metrics.QUEUE_CLAIMABLE.set(r["claimable"])
     for r in await _fetch(pool, "tenant stats", sql.TENANT_RUNNING):
         metrics.TENANT_RUNNING.labels(r["tenant"]).set(r["running"])
     return n

@@ -30,6 +30,7 @@ from hango_worker.store.sql_checkpoint import STATEMENT_OF as STATEMENT_OF  # no
 from hango_worker.store.sql_claim import ATTEMPT_LIMIT as ATTEMPT_LIMIT  # noqa: E402
 from hango_worker.store.sql_claim import CLAIM as CLAIM  # noqa: E402
 from hango_worker.store.sql_claim import LOAD_RUN as LOAD_RUN  # noqa: E402
+from hango_worker.store.sql_claim import QUEUE_CLAIMABLE as QUEUE_CLAIMABLE  # noqa: E402
 from hango_worker.store.sql_claim import RATE_RESET as RATE_RESET  # noqa: E402
 from hango_worker.store.sql_claim import RATE_SETTLE as RATE_SETTLE  # noqa: E402
 from hango_worker.store.sql_claim import RATE_TAKE as RATE_TAKE  # noqa: E402

@@ -131,6 +131,11 @@ RUNS_HANDED_BACK = Counter(
     "to the queue at once instead of letting their lease expire.",
 )
 QUEUE_DEPTH = Gauge("hango_queue_depth", "Runs waiting in status queued.")
+QUEUE_CLAIMABLE = Gauge(
+    "hango_queue_claimable",
+    "Queued runs a worker could claim now: the claim's rules, within tenant and agent "
+    "max_running (not waiting runs, runs of a tenant at its limit, runs of a busy session).",
+)
 QUEUE_OLDEST_AGE = Gauge(
     "hango_queue_oldest_age_seconds",
     "How long the oldest queued run has waited since it was (re)queued.",
