@@ -38,6 +38,11 @@ and lone surrogates become U+FFFD. Tool arguments that are not a JSON object
 (or not JSON) give a call with `input={}` and `input_error` set, which the loop
 answers with an error result instead of executing it.
 
+A request of an agent with `files_api: true` (`Request.files`) sends its stored images
+and documents as Files API files (provider/files.py): uploaded once, the id kept; a call
+the API refuses naming a file it no longer has is answered by uploading it again and
+calling once more.
+
 OpenTelemetry: the SDK emits its own CLIENT span `anthropic.messages.create`
 per call (and injects `traceparent`). hango_worker's loop already emits the
 GenAI `chat` span, so by default (`open_telemetry=False`) this provider turns
