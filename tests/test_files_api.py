@@ -18,7 +18,7 @@ from hango_worker.provider.files import FILES_BETA
 from hango_worker.testing.fake_anthropic import FakeAnthropic, RecordedRequest
 from tests.conftest import SpanReader
 from tests.helpers import call, recording_tool
-from tests.test_content_input import b64, document, pdf, png
+from tests.test_content_input import b64, document, pdf, png, screenshot_tool
 from tests.worker_helpers import details, make_agent, run_until_idle
 
 THREE_TURNS = [
@@ -183,3 +183,33 @@ async def test_the_fake_files_api_through_the_sdk() -> None:
         with pytest.raises(anthropic.NotFoundError):
             await client.beta.files.retrieve_metadata(meta.id, betas=[FILES_BETA])
         await client.close()
+
+
+async def test_an_image_a_tool_returned_is_sent_as_a_file_in_the_next_calls(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    shot = png(150_000)
+    await make_agent(pool, tools=["screenshot", "echo"], config={"files_api": True})
+    script = [
+        {"tool_calls": [call("screenshot")]},
+        {"tool_calls": [call("echo", text="seen")]},
+        {"text": "It is the page."},
+    ]
+    echo, _ = recording_tool()
+    with FakeAnthropic(script) as fake:
+        claude = AnthropicProvider(api_key="k", base_url=fake.base_url, max_retries=0)
+        try:
+            r = await Client(pool).enqueue("agent", "Take a screenshot.")
+            await run_until_idle(dsn, claude, [screenshot_tool(shot), echo])
+        finally:
+            await claude.aclose()
+    run = await details(pool, r.run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert fake.files.uploads == 1
+    (file_id,) = fake.files.files
+    assert fake.files.files[file_id].data == shot
+    for req in messages_calls(fake)[1:]:
+        result = req.body["messages"][2]["content"][0]
+        assert result["content"] == [
+            {"type": "image", "source": {"type": "file", "file_id": file_id}}
+        ]
