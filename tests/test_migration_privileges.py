@@ -239,13 +239,17 @@ async def test_a_migration_behind_a_long_transaction_gives_up_in_one_line(
     try:
         tx = holder.transaction()
         await tx.start()
-        # every table of the schema (not alembic_version, which the migration updates):
-        # whatever table the last revision alters, its ACCESS EXCLUSIVE lock waits here
+        # every table of the schema (not alembic_version, which the migration updates),
+        # as a long writing transaction holds them: whatever table the last revision
+        # alters (ACCESS EXCLUSIVE) or refers to by a new foreign key (SHARE ROW
+        # EXCLUSIVE), its lock waits here
         tables = await holder.fetch(
             "SELECT format('%I', tablename) AS t FROM pg_tables"
             " WHERE schemaname = current_schema() AND tablename <> 'alembic_version'"
         )
-        await holder.execute(f"LOCK TABLE {', '.join(r['t'] for r in tables)} IN ACCESS SHARE MODE")
+        await holder.execute(
+            f"LOCK TABLE {', '.join(r['t'] for r in tables)} IN ROW EXCLUSIVE MODE"
+        )
         p = await asyncio.to_thread(hango, empty_dsn, "--lock-timeout", "200ms")
         assert p.returncode == 5, p.stderr
         line = one_line(p.stderr)

@@ -25,7 +25,7 @@ from hango_worker.agent.ports import ChildRuns, FileStore, MemoryStore, RunIO, S
 from hango_worker.agent.spec import AgentSpec, with_params, with_user_id
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.provider.prices import PriceTable
-from hango_worker.provider.types import Provider, TextSink
+from hango_worker.provider.types import FileIds, Provider, TextSink
 from hango_worker.tool.registry import Registry
 
 DEFAULT_MAX_TURNS = 50  # the worker's default (HANGO_MAX_TURNS, config.py)
@@ -55,6 +55,7 @@ class RunParts:
     children: ChildRuns | None = None  # subagent runs
     decisions: Mapping[str, DecisionRecord] | None = None
     depth: int = 0
+    blob_files: FileIds | None = None  # Files API ids of stored blocks (files_api: true)
 
 
 def for_run(agent: AgentSpec, tenant_id: str, params: Mapping[str, Any] | None = None) -> AgentSpec:
@@ -102,6 +103,7 @@ def loop_settings(
         budget=budget,
         deadline=deadline_of(budget, over, run.started_s),
         prices=settings.prices,
+        files=run.blob_files if agent.config.files_api else None,
     )
 
 

@@ -41,6 +41,7 @@ from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, StateError, dump_state
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import (
+    FileIds,
     Message,
     ModelError,
     Provider,
@@ -70,6 +71,8 @@ class LoopSettings:
     budget: Budget = field(default_factory=Budget)
     deadline: float | None = None  # epoch seconds (agent/limits.py:deadline_of)
     prices: PriceTable = field(default_factory=PriceTable)
+    # `files_api: true`: where the Files API ids of stored blocks are kept (Request.files)
+    files: FileIds | None = None
 
 
 @dataclass(slots=True)
@@ -293,6 +296,7 @@ class AgentLoop(ToolBatches):
             temperature=self.agent.config.temperature,
             params=self._api_params,
             server_tools=self.agent.config.server_tools,
+            files=self.settings.files,
         )
         req = ModelRequest(
             request=request, state=state, on_text=self.on_text, call_model=self._side_call_handler

@@ -44,6 +44,9 @@ class LoopConfig(BaseModel):
     # at a limit (max_turns): one last tool-free call for the answer, or fail (agent/limits.py)
     on_limit: Literal["answer", "fail"] = "answer"
     server_tools: list[dict[str, Any]] | None = Field(default=None, max_length=64)
+    # stored images and documents sent as Files API files, uploaded once, instead of
+    # their base64 in every request (provider/files.py, docs/inputs-and-outputs.md)
+    files_api: bool = False
 
 
 # pydantic orders the fields, and runs the sections' validators, from the LAST base to

@@ -38,6 +38,11 @@ and lone surrogates become U+FFFD. Tool arguments that are not a JSON object
 (or not JSON) give a call with `input={}` and `input_error` set, which the loop
 answers with an error result instead of executing it.
 
+A request of an agent with `files_api: true` (`Request.files`) sends its stored images
+and documents as Files API files (provider/files.py): uploaded once, the id kept; a call
+the API refuses naming a file it no longer has is answered by uploading it again and
+calling once more.
+
 OpenTelemetry: the SDK emits its own CLIENT span `anthropic.messages.create`
 per call (and injects `traceparent`). hango_worker's loop already emits the
 GenAI `chat` span, so by default (`open_telemetry=False`) this provider turns
@@ -54,6 +59,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -62,10 +68,18 @@ from anthropic.types import RawMessageStreamEvent
 
 from hango_worker.provider import sdk_retries
 from hango_worker.provider.accumulate import Accumulator
+from hango_worker.provider.files import (
+    FileUploads,
+    StoredBlob,
+    stored_blobs,
+    vanished,
+    with_file_ids,
+)
 from hango_worker.provider.params import uses_beta
 from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import (
     Block,
+    FileIds,
     Message,
     ModelError,
     Request,
@@ -120,6 +134,7 @@ class AnthropicProvider:
             client = client.with_options(open_telemetry=False)
         self.client = client
         self._secrets = tuple(s for s in (client.api_key, client.auth_token) if s)
+        self._uploads: FileUploads | None = None  # made at the first files_api call
 
     async def aclose(self) -> None:
         """Close the SDK client's connection pool."""
@@ -127,9 +142,42 @@ class AnthropicProvider:
 
     async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
         try:
+            if request.files is not None:
+                return await self._complete_with_files(request, request.files, on_text)
             return await self._complete(request, on_text)
         except ModelError as e:  # every string of it is stored: no key, no NUL, bounded
             raise e.redacted(self._scrub) from None
+
+    async def _complete_with_files(
+        self, request: Request, files: FileIds, on_text: TextSink | None
+    ) -> Response:
+        """Stored blocks sent as Files API files (provider/files.py); a call refused
+        because the API no longer has a file sent uploads it again and is made once more."""
+        blobs = stored_blobs(request.messages)
+        if not blobs:
+            return await self._complete(replace(request, files=None), on_text)
+        if self._uploads is None:
+            self._uploads = FileUploads(self.client)
+        ids = await self._resolve(files, blobs, None)
+        try:
+            return await self._complete(with_file_ids(request, ids), on_text)
+        except ModelError as e:
+            gone = vanished(e, ids)
+            if not gone:
+                raise
+        ids = await self._resolve(files, blobs, gone)
+        return await self._complete(with_file_ids(request, ids), on_text)
+
+    async def _resolve(
+        self, files: FileIds, blobs: dict[str, StoredBlob], gone: set[str] | None
+    ) -> dict[str, str]:
+        assert self._uploads is not None
+        try:
+            return await self._uploads.resolve(files, blobs, gone)
+        except anthropic.APIStatusError as e:
+            raise status_error(e, self._secrets) from None
+        except anthropic.APIConnectionError as e:
+            raise connection_error(e, self._secrets) from None
 
     def _scrub(self, text: str) -> str:
         return clean_text(redact(text, self._secrets))[0][:MAX_ERROR_STRING]

@@ -342,6 +342,18 @@ class Request:
     # Anthropic-defined tools, sent after hango's own in `tools`
     params: dict[str, JSON] | None = None
     server_tools: list[dict[str, JSON]] | None = None
+    # an agent with `files_api: true`: where the Files API ids of its stored blocks are
+    # kept (provider/files.py); None: stored blocks are sent inline, as base64
+    files: FileIds | None = None
+
+
+class FileIds(Protocol):
+    """The Files API ids of stored blocks, kept per tenant (run/blobs.py `PgFileIds`):
+    by `account` (a digest of the endpoint and key they were uploaded with) and sha256."""
+
+    async def load(self, account: str, sha256s: list[str]) -> dict[str, str]: ...
+
+    async def save(self, account: str, sha256: str, file_id: str) -> None: ...
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ from hango_worker.provider.types import (
     ToolResultBlock,
     block_from_dict,
 )
+from hango_worker.store.blob_files import load_file_ids, save_file_id
 from hango_worker.telemetry.metrics import BLOB_BYTES_LOADED, BLOB_BYTES_STORED, BLOBS_LOADED
 from hango_worker.tool.types import ToolResult
 
@@ -159,3 +160,26 @@ async def inline_blobs(db: asyncpg.Pool, tenant_id: str, messages: list[Message]
             elif type(b) is ToolResultBlock and b.blocks is not None and b.wire is None:
                 b.wire = _wire(b.blocks, b64)
     return len(refs)
+
+
+class PgFileIds:
+    """The Files API ids of a tenant's stored blocks (`blob_files`, provider/files.py
+    `FileIds`), read once per run attempt and kept: later calls ask the table only for
+    the blocks they have not seen."""
+
+    def __init__(self, db: asyncpg.Pool, tenant_id: str) -> None:
+        self.db, self.tenant_id = db, tenant_id
+        self._ids: dict[tuple[str, str], str] = {}
+
+    async def load(self, account: str, sha256s: list[str]) -> dict[str, str]:
+        out = {s: i for s in sha256s if (i := self._ids.get((account, s))) is not None}
+        missing = [s for s in sha256s if s not in out]
+        if missing:
+            found = await load_file_ids(self.db, self.tenant_id, account, missing)
+            self._ids.update({(account, s): i for s, i in found.items()})
+            out.update(found)
+        return out
+
+    async def save(self, account: str, sha256: str, file_id: str) -> None:
+        await save_file_id(self.db, self.tenant_id, account, sha256, file_id)
+        self._ids[(account, sha256)] = file_id

@@ -29,7 +29,7 @@ from hango_worker.agent.state import StateError, load_state
 from hango_worker.config import Settings
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, message_from_dict
-from hango_worker.run.blobs import inline_blobs, inline_results, input_message
+from hango_worker.run.blobs import PgFileIds, inline_blobs, inline_results, input_message
 from hango_worker.run.budget import BudgetDirectory, RunBudgetGate
 from hango_worker.run.claim import Claim, decode_json
 from hango_worker.run.io import CONNECTION_ERRORS, PgRunIO, Writer
@@ -443,6 +443,7 @@ def _build_loop(
         children=io,
         decisions=loaded.decisions,
         depth=c.depth,
+        blob_files=PgFileIds(deps.pool, c.tenant_id) if agent.config.files_api else None,
     )
 
     def on_text(delta: str) -> None:

@@ -427,3 +427,22 @@ run_blobs = Table(
     ),
     Index("run_blobs_blob_idx", "tenant_id", "sha256"),
 )
+
+# The Files API file a stored block was uploaded as (migration 0018, docs/inputs-and-
+# outputs.md "Files API"), per tenant, sha256 and account (a digest of the endpoint and
+# API key it was uploaded with); it goes with its blob.
+blob_files = Table(
+    "blob_files",
+    metadata,
+    Column("tenant_id", UUID(as_uuid=False), primary_key=True),
+    Column("sha256", LargeBinary, primary_key=True),
+    Column("account", Text, primary_key=True),
+    Column("file_id", Text, nullable=False),
+    Column("uploaded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    ForeignKeyConstraint(
+        ["tenant_id", "sha256"],
+        ["blobs.tenant_id", "blobs.sha256"],
+        name="blob_files_blob_fkey",
+        ondelete="CASCADE",
+    ),
+)

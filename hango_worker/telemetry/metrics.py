@@ -73,6 +73,13 @@ BLOB_BYTES_STORED = Counter(
     "hango_content_blob_bytes_stored_total",
     "Bytes of tool results' large blocks (images, PDFs) stored once, by reference.",
 )
+# The Files API (provider/files.py): a stored block's file uploaded, an id reused, or a
+# file the API no longer had uploaded again.
+FILES_UPLOADED = Counter(
+    "hango_files_uploaded_total",
+    "Stored content blocks sent as Files API files, by outcome (uploaded, reused, reuploaded).",
+    ["outcome"],
+)
 SKILL_LOADS = Counter("hango_skill_loads_total", "load_skill tool calls, by result.", ["result"])
 # Compaction (agent/middlewares/summarize.py): rungs applied, and each request's size.
 COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")

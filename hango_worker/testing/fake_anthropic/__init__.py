@@ -78,6 +78,13 @@ more than 4 ``cache_control`` blocks; a ``"ttl": "1h"`` breakpoint after a
 5 min one; missing ``model``/``max_tokens``/``anthropic-version``. Each gives
 a 400 ``invalid_request_error``.
 
+**Files API** (`files.py`): ``POST /v1/files`` (the SDK's multipart upload),
+``GET`` and ``DELETE /v1/files/{id}``; a ``file`` source in a message (the request
+must carry the ``files-api-2025-04-14`` beta) is checked as the bytes uploaded to it,
+like an inline one. ``fake.files`` holds the uploads (``uploads`` counts them);
+``fake.files.forget(id)`` drops a file as if the API had lost it, and a message naming
+it gets the API's 404 ``not_found_error``.
+
 **Structured outputs** (`structured.py`, docs/structured-output.md):
 ``output_config.format`` must be ``{"type": "json_schema", "schema": ...}`` with a
 valid JSON Schema, and is refused for a model known not to have structured outputs;
@@ -122,6 +129,7 @@ subcommand of the production CLI) serves a script file until SIGINT/SIGTERM:
 whole command.
 
 **Modules:** `ratelimit`, `script` (turns, faults, `RecordedRequest`), `validate`,
+`media`, `files`,
 `tokens`, `cache`, `sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
 (`FakeAnthropic`), `cli`. Everything is re-exported here.
 
@@ -139,6 +147,7 @@ from hango_worker.testing.fake_anthropic.cache import (
     PromptCache,
 )
 from hango_worker.testing.fake_anthropic.cli import main, serve_forever, serve_script
+from hango_worker.testing.fake_anthropic.files import FILES_PATH, FakeFile, FakeFiles
 from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
 from hango_worker.testing.fake_anthropic.script import (
     STATUS_BY_TYPE,
@@ -174,6 +183,7 @@ __all__ = [
     "COUNT_TOKENS_PATH",
     "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_MIN_CACHEABLE_TOKENS",
+    "FILES_PATH",
     "MAX_CACHE_BREAKPOINTS",
     "MESSAGES_PATH",
     "MESSAGE_OVERHEAD_TOKENS",
@@ -183,6 +193,8 @@ __all__ = [
     "ApiError",
     "CacheUsage",
     "FakeAnthropic",
+    "FakeFile",
+    "FakeFiles",
     "FakeRateLimit",
     "FakeTurn",
     "Fault",

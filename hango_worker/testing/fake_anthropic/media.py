@@ -2,7 +2,7 @@
 invalid_request_error): the media types the SDK's types allow, valid base64, bytes that
 are what the media type says, at most 5 MB of base64 per image, 100 images per request,
 100 pages per PDF (docs/inputs-and-outputs.md, "Limits"). In user messages and in
-tool results' content."""
+tool results' content; a Files API `file` source as the bytes uploaded (files.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from hango_worker.provider.content import media_types, sniff
+from hango_worker.provider.files import FILES_BETA
+from hango_worker.testing.fake_anthropic.files import FakeFiles
 from hango_worker.testing.fake_anthropic.validate import ApiError, content_blocks
 
 MAX_IMAGE_B64 = 5 * 1024 * 1024
@@ -73,8 +75,10 @@ def _check_source(path: str, kind: str, source: dict[str, Any]) -> None:
         )
 
 
-def check_media(messages: list[Any]) -> None:
-    """ApiError for the first image or document the API would refuse."""
+def check_media(messages: list[Any], files: FakeFiles | None = None) -> None:
+    """ApiError for the first image or document the API would refuse. A `file` source
+    is checked as its uploaded bytes (`files`: None when the request lacks the Files
+    API beta, which such a source needs)."""
     images = 0
     for path, b in _blocks(messages):
         kind = b.get("type")
@@ -84,6 +88,13 @@ def check_media(messages: list[Any]) -> None:
         source = b.get("source")
         if not isinstance(source, dict):
             raise _bad(f"{path}.source", "Field required")
+        if source.get("type") == "file":
+            if files is None:
+                raise _bad(
+                    f"{path}.source",
+                    f"a file source needs the anthropic-beta header {FILES_BETA}",
+                )
+            source = files.resolve(path, source)
         if source.get("type") == "base64":
             _check_source(path, str(kind), source)
         elif kind == "image" and source.get("type") not in ("url", "file"):

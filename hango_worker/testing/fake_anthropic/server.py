@@ -11,12 +11,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hango_worker.provider.files import FILES_BETA
 from hango_worker.provider.scripted import ScriptedTurn
 from hango_worker.testing.fake_anthropic.cache import (
     DEFAULT_MIN_CACHEABLE_TOKENS,
     CacheUsage,
     PromptCache,
 )
+from hango_worker.testing.fake_anthropic.files import FILES_PATH, FakeFiles
 from hango_worker.testing.fake_anthropic.media import check_media
 from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
 from hango_worker.testing.fake_anthropic.roundtrip import SentLog, check_round_trip
@@ -85,6 +87,7 @@ class FakeAnthropic:
         self.requests: list[RecordedRequest] = []
         self.rate_limit = rate_limit  # None: no limit (ratelimit.py)
         self.sent = SentLog()  # assistant content returned (roundtrip.py)
+        self.files = FakeFiles()  # the Files API's uploads (files.py)
         self._hold: threading.Event | None = None  # hold_after_first_delta
         self._port = port
         self._injected: list[Fault] = []
@@ -227,6 +230,8 @@ class FakeAnthropic:
         rec = RecordedRequest(req.method, req.path, dict(req.headers), body)
         self.requests.append(rec)
         path = req.path.split("?", 1)[0].rstrip("/")
+        if path == FILES_PATH or path.startswith(FILES_PATH + "/"):
+            return await self._serve_files(req, rec, path, writer, rid)
         if req.method != "POST" or path not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
             err = ApiError(404, "not_found_error", f"Not found: {req.method} {req.path}")
             return await self._send_error(writer, err, rid)
@@ -235,7 +240,7 @@ class FakeAnthropic:
             validate_request(body, rec.headers, counting=path == COUNT_TOKENS_PATH)
             check_output_format(body)
             check_forced_tool(body)
-            check_media(rec.body["messages"])
+            check_media(rec.body["messages"], self._files_for(rec))
             check_round_trip(rec.body, self.sent)
             rec.input_tokens = count_tokens(rec.body)
             if path == COUNT_TOKENS_PATH:
@@ -263,6 +268,29 @@ class FakeAnthropic:
             return True
         await self._stream(writer, stream_frames(answer), rid, answer.chunk_delay_s)
         return True
+
+    async def _serve_files(
+        self,
+        req: HttpRequest,
+        rec: RecordedRequest,
+        path: str,
+        writer: asyncio.StreamWriter,
+        rid: str,
+    ) -> bool:
+        try:
+            self._authenticate(rec)
+            out = self.files.serve(req.method, path, rec.headers, req.body)
+        except ApiError as e:
+            return await self._send_error(writer, e, rid)
+        writer.write(json_response(200, out, {"request-id": rid}))
+        await writer.drain()
+        return True
+
+    def _files_for(self, rec: RecordedRequest) -> FakeFiles | None:
+        """The uploaded files, when the request has the Files API beta (file sources
+        need it)."""
+        betas = rec.headers.get("anthropic-beta", "")
+        return self.files if FILES_BETA in [b.strip() for b in betas.split(",")] else None
 
     def _check_window(self, body: dict[str, Any], tokens: int) -> None:
         window = self.window_of(body.get("model"))

@@ -10,7 +10,8 @@ then system, then messages):
   ``tool_use``, the text of a ``thinking`` block, and the canonical JSON
   (sorted keys, no spaces, ``cache_control`` left out) of anything else,
   including each tool definition; a base64 image counts `IMAGE_TOKENS`, a base64 PDF
-  `PDF_TOKENS`, whatever their size;
+  `PDF_TOKENS`, whatever their size (a Files API `file` source too: a document's
+  counts `PDF_TOKENS`);
 - each tool definition adds `TOOL_OVERHEAD_TOKENS`, each message
   `MESSAGE_OVERHEAD_TOKENS` (counted with its first block).
 
@@ -62,8 +63,10 @@ def block_chars(block: dict[str, Any]) -> int:
         return len(block["thinking"])
     source = block.get("source")
     # a base64 image or PDF: the API's estimates, not the base64's length
-    if kind in ("image", "document") and isinstance(source, dict) and source.get("data"):
-        base64 = source.get("type") == "base64"
+    if kind in ("image", "document") and isinstance(source, dict):
+        base64 = source.get("type") == "file" or (
+            source.get("type") == "base64" and bool(source.get("data"))
+        )
         tokens = IMAGE_TOKENS if kind == "image" else PDF_TOKENS
         return tokens * CHARS_PER_TOKEN if base64 else len(_canonical(block))
     return len(_canonical(block))
