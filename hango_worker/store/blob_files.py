@@ -1,4 +1,4 @@
-"""Files API ids of stored content blocks (blob_files, migration 0018;
+"""Files API ids of stored content blocks (blob_files, migration 0019;
 docs/inputs-and-outputs.md "Files API"): by tenant, sha256 and account (a digest of the
 endpoint and API key the file was uploaded with)."""
 

@@ -428,7 +428,7 @@ run_blobs = Table(
     Index("run_blobs_blob_idx", "tenant_id", "sha256"),
 )
 
-# The Files API file a stored block was uploaded as (migration 0018, docs/inputs-and-
+# The Files API file a stored block was uploaded as (migration 0019, docs/inputs-and-
 # outputs.md "Files API"), per tenant, sha256 and account (a digest of the endpoint and
 # API key it was uploaded with); it goes with its blob.
 blob_files = Table(

@@ -1,7 +1,7 @@
 """Files API ids of stored content blocks (docs/inputs-and-outputs.md, "Files API").
 
-Revision ID: 0018_blob_files
-Revises: 0017_run_output
+Revision ID: 0019_blob_files
+Revises: 0018_handed_back
 
 - blob_files (tenant, sha256, account → file_id, uploaded_at): the Files API file a
   stored block (`blobs`) was uploaded as, for an agent with `files_api: true`. `account`
@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision = "0018_blob_files"
-down_revision = "0017_run_output"
+revision = "0019_blob_files"
+down_revision = "0018_handed_back"
 branch_labels = None
 depends_on = None
 serves_code_since = "0009_producer_api"
