@@ -14,6 +14,7 @@ from hango_worker.agent.assemble import (
     AssemblySettings,
     RunParts,
     assemble,
+    attempt_mcp,
     for_run,
     memory_binding,
 )
@@ -313,7 +314,8 @@ async def run_agent(
     io.control.retry_base_s = 0.01
     run = _run_parts(agent, state, io, limits, memory, memory_key, decisions, skills)
     chosen = _settings(settings, max_turns, capture_content)
-    loop = assemble(agent, provider, registry, io, run, chosen, on_text, stack)
     info = info or RunInfo(persisted=0)
-    outcome = await loop.run(state, info)
+    async with attempt_mcp(agent) as mcp:
+        loop = assemble(agent, provider, registry, io, run, chosen, on_text, stack, mcp)
+        outcome = await loop.run(state, info)
     return outcome, state, io
