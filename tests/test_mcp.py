@@ -16,7 +16,9 @@ import pytest
 import uvicorn
 from pydantic import ValidationError
 
+from hango_worker.agent.loop import RunInfo
 from hango_worker.agent.spec import AgentConfig, AgentSpec
+from hango_worker.agent.state import State
 from hango_worker.provider.types import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from hango_worker.store import repo
 from hango_worker.testing import mcp_server
@@ -181,6 +183,24 @@ async def test_an_unlisted_mcp_tool_is_denied_by_the_allowlist() -> None:
     )
     (answer,) = results(state.messages).values()
     assert answer.is_error and "not allowed" in answer.content
+
+
+async def test_a_call_a_crash_interrupted_is_answered_interrupted_never_re_run() -> None:
+    a = agent(tools=["mcp__demo__echo"], mcp_servers=[DEMO])
+    pending = ToolUseBlock(id="toolu_crashed", name="mcp__demo__echo", input={"text": "x"})
+    state = State(
+        run_id="run-1",
+        session_id="s-1",
+        agent_id=a.id,
+        tenant_id="t",
+        messages=[Message("user", [TextBlock("go")]), Message("assistant", [pending])],
+    )
+    info = RunInfo(persisted=2, turns_done=1)
+    turns = scripted({"text": "(turn 1, before the crash)"}, {"text": "ok"})
+    outcome, state, _ = await run_agent(a, turns, state=state, info=info)
+    assert outcome.status == "succeeded", outcome.error
+    answer = results(state.messages)["toolu_crashed"]
+    assert answer.is_error and "interrupted" in answer.content
 
 
 def spec(tools: list[str], servers: list[dict[str, Any]]) -> AgentSpec:

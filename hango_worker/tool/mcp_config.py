@@ -4,11 +4,9 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -169,12 +167,3 @@ def mcp_problem(tools: Sequence[str], servers: Sequence[McpServer] | None) -> st
 
 def server_of_any(tools: Sequence[str], server: str) -> str | None:
     return next((t for t in tools if server_of(t) == server), None)
-
-
-def environment() -> dict[str, str]:
-    """The worker's environment, where secret references are read."""
-    return dict(os.environ)
-
-
-def jsonable(servers: Sequence[McpServer]) -> list[dict[str, Any]]:
-    return [s.model_dump(exclude_defaults=True) for s in servers]
