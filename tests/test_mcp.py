@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -33,7 +34,7 @@ DEMO: dict[str, Any] = {
     "command": sys.executable,
     "args": ["-m", "hango_worker.testing.mcp_server"],
 }
-DEMO_TOOLS = ["add", "echo", "extra", "fail", "headers", "meta", "pixel", "slow"]
+DEMO_TOOLS = ["add", "crash", "echo", "extra", "fail", "headers", "meta", "pid", "pixel", "slow"]
 LISTED = sorted(t for t in DEMO_TOOLS if t != "extra")
 
 
@@ -148,6 +149,33 @@ async def test_a_secret_not_set_leaves_the_server_out_naming_the_variable() -> N
     )
     assert outcome.status == "succeeded"
     assert "HANGO_TEST_UNSET_TOKEN is not set" in listed_event(io)["demo"]["error"]
+
+
+async def test_a_server_that_dies_mid_run_is_an_error_naming_it_and_closed_at_the_end() -> None:
+    a = agent(tools=[], mcp_servers=[demo(tools=["pid", "crash", "echo"])])
+    turns = scripted(
+        {"tool_calls": [call("mcp__demo__pid")]},
+        {"tool_calls": [call("mcp__demo__crash")]},
+        {"tool_calls": [call("mcp__demo__echo", text="still there?")]},
+        {"text": "ok"},
+    )
+    outcome, state, _ = await run_agent(a, turns)
+    assert outcome.status == "succeeded", outcome.error
+    pid, crashed, echo = results(state.messages).values()
+    assert crashed.is_error and "MCP server 'demo'" in crashed.content
+    assert echo.is_error and "MCP server 'demo'" in echo.content
+    with pytest.raises(ProcessLookupError):  # gone, and reaped
+        os.kill(int(pid.content), 0)
+
+
+async def test_the_server_process_ends_with_the_attempt() -> None:
+    a = agent(tools=["mcp__demo__pid"], mcp_servers=[DEMO])
+    _, state, _ = await run_agent(
+        a, scripted({"tool_calls": [call("mcp__demo__pid")]}, {"text": "ok"})
+    )
+    (pid,) = results(state.messages).values()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid.content), 0)
 
 
 async def test_a_changed_tool_list_is_picked_up_and_recorded_at_the_next_attempt() -> None:

@@ -5,8 +5,9 @@
 
 Its tools: `echo`, `add`, `slow` (sleeps), `fail` (always an error result), `meta`
 (the `_meta` its own call carried: the idempotency key hango sends), `pixel` (a
-1x1 PNG, an image result) and `headers` (the HTTP headers of its own request, over
-HTTP: what a secret reference resolved to). `HANGO_MCP_DEMO_EXTRA=1` adds a tool
+1x1 PNG, an image result), `headers` (the HTTP headers of its own request, over
+HTTP: what a secret reference resolved to), `pid` (its process id) and `crash` (the
+process ends at once). `HANGO_MCP_DEMO_EXTRA=1` adds a tool
 `extra` (a server whose list changed between two attempts).
 """
 
@@ -60,6 +61,14 @@ def build() -> MCPServer:
         request = getattr(ctx.request_context, "request", None)
         found = getattr(request, "headers", None)
         return {k.lower(): v for k, v in dict(found or {}).items()}
+
+    @server.tool(description="This server's process id.")
+    def pid() -> int:
+        return os.getpid()
+
+    @server.tool(description="End this server's process at once (a server that crashes).")
+    def crash() -> str:
+        os._exit(3)
 
     if os.environ.get("HANGO_MCP_DEMO_EXTRA") == "1":
 
