@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 import uvicorn
+from prometheus_client import REGISTRY
 from pydantic import ValidationError
 
 from hango_worker.agent.loop import RunInfo
@@ -25,6 +26,7 @@ from hango_worker.store import repo
 from hango_worker.testing import mcp_server
 from hango_worker.testing.inmem import MemoryRunIO, run_agent
 from hango_worker.tool.mcp_client import IDEMPOTENCY_KEY, RUN_KEY
+from tests.conftest import SpanReader
 from tests.helpers import agent, call, scripted
 from tests.test_chain import CapturingProvider
 from tests.worker_helpers import details, make_agent, run_until_idle
@@ -88,6 +90,22 @@ async def test_a_worker_runs_mcp_tools_over_stdio(pool: asyncpg.Pool, dsn: str) 
     assert fail["is_error"] is True and "boom" in fail["content"]
     (event,) = [e for e in run["events"] if e["type"] == "mcp_tools"]
     assert event["payload"]["servers"]["demo"]["tools"] == LISTED
+
+
+def calls_counted(outcome: str) -> float:
+    labels = {"server": "demo", "outcome": outcome}
+    return REGISTRY.get_sample_value("hango_mcp_calls_total", labels) or 0.0
+
+
+async def test_each_call_is_counted_and_named_on_its_tool_span(spans: SpanReader) -> None:
+    a = agent(tools=["mcp__demo__echo", "mcp__demo__fail"], mcp_servers=[DEMO])
+    before = calls_counted("ok"), calls_counted("error")
+    batch = [call("mcp__demo__echo", text="x"), call("mcp__demo__fail", message="no")]
+    await run_agent(a, scripted({"tool_calls": batch}, {"text": "ok"}))
+    assert (calls_counted("ok"), calls_counted("error")) == (before[0] + 1, before[1] + 1)
+    named = {s.attributes["gen_ai.tool.name"]: s.attributes for s in spans.named("execute_tool")}
+    assert named["mcp__demo__echo"]["hango.mcp.server"] == "demo"
+    assert named["mcp__demo__fail"]["hango.mcp.tool"] == "fail"
 
 
 async def test_a_server_allowlist_offers_its_tools_sorted_after_the_agents() -> None:
