@@ -160,6 +160,19 @@ async def test_a_server_that_cannot_start_leaves_its_tools_out_and_the_run_goes_
     assert "MCP server 'down' could not be opened" in servers["down"]["error"]
 
 
+async def test_a_server_that_never_answers_is_left_out_after_open_timeout_s() -> None:
+    mute = {
+        "name": "mute",
+        "command": sys.executable,
+        "args": ["-c", "import time; time.sleep(600)"],
+        "tools": ["*"],
+        "open_timeout_s": 1,
+    }
+    outcome, _, io = await run_agent(agent(tools=[], mcp_servers=[mute]), scripted({"text": "ok"}))
+    assert outcome.status == "succeeded"
+    assert "did not answer within 1 s while opening" in listed_event(io)["mute"]["error"]
+
+
 async def test_a_secret_not_set_leaves_the_server_out_naming_the_variable() -> None:
     server = demo(tools=["*"], env={"DEMO_TOKEN": {"env": "HANGO_TEST_UNSET_TOKEN"}})
     outcome, _, io = await run_agent(

@@ -111,14 +111,16 @@ class _Session:
         return stdio_client(StdioServerParameters(command=s.command, args=s.args, env=env))
 
     async def close(self) -> None:
+        """End the session (its process, its HTTP session) within CLOSE_S, or cancel it."""
         self._closing.set()
         task = self._task
-        if task is None or task.done():
-            return
-        done, _ = await asyncio.wait({task}, timeout=CLOSE_S)
-        if not done:
-            task.cancel()
-            await asyncio.wait({task}, timeout=CLOSE_S)
+        if task is not None and not task.done():
+            if not self._ready.done():
+                task.cancel()  # still opening (it timed out): nothing to close politely
+            done, _ = await asyncio.wait({task}, timeout=CLOSE_S)
+            if not done:
+                task.cancel()
+                await asyncio.wait({task}, timeout=CLOSE_S)
         if not self._ready.done():
             self._ready.cancel()
         elif not self._ready.cancelled():
