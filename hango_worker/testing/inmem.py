@@ -304,7 +304,8 @@ async def run_agent(
     Messages API parameters (`runs.input.params`); `decisions`: a person's decisions for
     a run resumed after waiting (with `info.not_started`). `stack=None` → the agent's
     default stack (an agent listing the memory tool gets `memory`, or a fresh in-memory
-    store); a list replaces only the middlewares."""
+    store); a list replaces only the middlewares. The agent's `mcp_servers` are opened for
+    the attempt and closed after it, as the worker does (agent/assemble.py attempt_mcp)."""
     state = state or make_state(agent)
     agent = for_run(agent, state.tenant_id, params)
     registry = Registry(
