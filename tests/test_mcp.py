@@ -36,7 +36,19 @@ DEMO: dict[str, Any] = {
     "command": sys.executable,
     "args": ["-m", "hango_worker.testing.mcp_server"],
 }
-DEMO_TOOLS = ["add", "crash", "echo", "extra", "fail", "headers", "meta", "pid", "pixel", "slow"]
+DEMO_TOOLS = [
+    "add",
+    "busy",
+    "crash",
+    "echo",
+    "extra",
+    "fail",
+    "headers",
+    "meta",
+    "pid",
+    "pixel",
+    "slow",
+]
 LISTED = sorted(t for t in DEMO_TOOLS if t != "extra")
 
 
@@ -147,6 +159,14 @@ async def test_a_call_that_takes_too_long_is_an_error_naming_the_server() -> Non
     assert outcome.status == "succeeded"
     (answer,) = results(state.messages).values()
     assert answer.is_error and "MCP server 'demo' did not answer" in answer.content
+
+
+async def test_max_concurrency_bounds_the_calls_to_a_server_at_once() -> None:
+    a = agent(tools=["mcp__demo__busy"], mcp_servers=[demo(max_concurrency=1)])
+    batch = [call("mcp__demo__busy", seconds=s) for s in (0.05, 0.06, 0.07)]  # not repeats
+    outcome, state, _ = await run_agent(a, scripted({"tool_calls": batch}, {"text": "ok"}))
+    assert outcome.status == "succeeded"
+    assert [r.content for r in results(state.messages).values()] == ["1", "1", "1"]
 
 
 async def test_a_server_that_cannot_start_leaves_its_tools_out_and_the_run_goes_on() -> None:

@@ -3,7 +3,8 @@
     python -m hango_worker.testing.mcp_server                   # stdio
     python -m hango_worker.testing.mcp_server --http --port 8765  # streamable HTTP
 
-Its tools: `echo`, `add`, `slow` (sleeps), `fail` (always an error result), `meta`
+Its tools: `echo`, `add`, `slow` (sleeps), `busy` (sleeps, then answers how many
+of its calls ran at once at most), `fail` (always an error result), `meta`
 (the `_meta` its own call carried: the idempotency key hango sends), `pixel` (a
 1x1 PNG, an image result), `headers` (the HTTP headers of its own request, over
 HTTP: what a secret reference resolved to), `pid` (its process id) and `crash` (the
@@ -43,6 +44,19 @@ def build() -> MCPServer:
     async def slow(seconds: float) -> str:
         await asyncio.sleep(seconds)
         return "done"
+
+    running = [0, 0]  # calls of `busy` running now, the most at once so far
+
+    @server.tool(
+        description="Sleep for the given seconds; answer the most calls of this tool "
+        "that ran at once so far."
+    )
+    async def busy(seconds: float) -> int:
+        running[0] += 1
+        running[1] = max(running)
+        await asyncio.sleep(seconds)
+        running[0] -= 1
+        return running[1]
 
     @server.tool(description="Always fails with the given message.")
     def fail(message: str) -> str:
