@@ -31,6 +31,13 @@ PIXEL = base64.b64decode(
 
 def build() -> MCPServer:
     server = MCPServer("hango-demo")
+    _basic(server)
+    _probes(server)
+    return server
+
+
+def _basic(server: MCPServer) -> None:
+    """The tools a model would use: they answer, sleep, fail."""
 
     @server.tool(description="Answer with the text it was given.")
     def echo(text: str) -> str:
@@ -62,6 +69,10 @@ def build() -> MCPServer:
     def fail(message: str) -> str:
         raise ToolError(message)
 
+
+def _probes(server: MCPServer) -> None:
+    """The tools a test reads: what a call carried, the server's process, its image."""
+
     @server.tool(description="The _meta object this call carried, as JSON.")
     def meta(ctx: Context) -> dict[str, Any]:
         return dict(ctx.request_context.meta or {})
@@ -89,8 +100,6 @@ def build() -> MCPServer:
         @server.tool(description="Only listed when HANGO_MCP_DEMO_EXTRA=1.")
         def extra() -> str:
             return "extra"
-
-    return server
 
 
 def main(argv: list[str] | None = None) -> None:
