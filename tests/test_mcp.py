@@ -29,6 +29,7 @@ from hango_worker.tool.mcp_client import IDEMPOTENCY_KEY, RUN_KEY
 from tests.conftest import SpanReader
 from tests.helpers import agent, call, scripted
 from tests.test_chain import CapturingProvider
+from tests.test_cli import cli
 from tests.worker_helpers import details, make_agent, run_until_idle
 
 DEMO: dict[str, Any] = {
@@ -352,3 +353,15 @@ async def test_streamable_http_with_a_header_from_a_secret_reference(
     assert answers[by_name["mcp__web__echo"].id].content == "over http"
     seen = json.loads(answers[by_name["mcp__web__headers"].id].content)
     assert seen["authorization"] == "Bearer s3cret"
+
+
+def test_the_cli_creates_an_agent_with_mcp_tools_and_refuses_an_undefined_server(
+    dsn: str,
+) -> None:
+    config = json.dumps({"mcp_servers": [DEMO]})
+    create = ("agents", "create", "--model", "m", "--config", config)
+    cli(dsn, *create, "--name", "mcp-cli", "--tool", "mcp__demo__echo")
+    p = cli(dsn, *create, "--name", "mcp-cli-2", "--tool", "mcp__other__echo", ok=False)
+    assert p.returncode == 2
+    (line,) = p.stderr.strip().splitlines()
+    assert "names MCP server 'other'" in line
