@@ -20,6 +20,7 @@ from hango_worker.agent.spec import AgentConfig, LoopConfig
 from hango_worker.agent.stack import ORDER, PROVIDED_TOOLS, StackConfig, default_stack
 from hango_worker.agent.state import State
 from hango_worker.testing.inmem import InMemoryMemoryStore, InMemorySkillStore, run_agent
+from hango_worker.tool.mcp_config import McpConfig
 from tests.helpers import agent, call, recording_tool, scripted
 from tests.test_chain import CapturingProvider
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
@@ -90,7 +91,8 @@ def test_every_middleware_module_has_exactly_one_slot_in_order() -> None:
 
 def test_agent_config_is_the_sections_of_the_middlewares_plus_the_loops_own_keys() -> None:
     """Each module with settings has one config section, inherited by AgentConfig;
-    its fields are exactly the sections', the loop's and the budget's, none in two."""
+    its fields are exactly the sections', the loop's, the budget's and the MCP servers'
+    (tool/mcp_config.py), none in two."""
     sections = _sections()
     assert len({c.__module__ for c in sections}) == len(sections)  # one per module
     for name in _modules():
@@ -103,7 +105,7 @@ def test_agent_config_is_the_sections_of_the_middlewares_plus_the_loops_own_keys
         assert [c for c in own if c.__module__ == module.__name__] == [
             c for c in sections if c.__module__ == module.__name__
         ], name
-    groups = [*sections, LoopConfig, Budget]
+    groups = [*sections, LoopConfig, Budget, McpConfig]
     keys = [k for g in groups for k in g.model_fields]
     assert len(keys) == len(set(keys))  # no key in two sections
     assert set(keys) == set(AgentConfig.model_fields)

@@ -9,7 +9,9 @@ in a test as in production.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +28,8 @@ from hango_worker.agent.spec import AgentSpec, with_params, with_user_id
 from hango_worker.agent.stack import StackConfig, default_stack
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import FileIds, Provider, TextSink
-from hango_worker.tool.registry import Registry
+from hango_worker.tool.mcp_client import McpTools, open_mcp
+from hango_worker.tool.registry import Registry, View
 
 DEFAULT_MAX_TURNS = 50  # the worker's default (HANGO_MAX_TURNS, config.py)
 
@@ -124,6 +127,38 @@ def middlewares(
     return default_stack(cfg)
 
 
+@contextlib.asynccontextmanager
+async def attempt_mcp(
+    agent: AgentSpec, environ: Mapping[str, str] | None = None
+) -> AsyncIterator[McpTools | None]:
+    """The agent's MCP servers opened for one attempt (tool/mcp_client.py), closed when
+    it ends; None: the agent has none. Secret references are read from `environ` (the
+    worker's environment)."""
+    servers = agent.config.mcp_servers
+    if not servers:
+        yield None
+        return
+    async with open_mcp(servers, agent.tools, os.environ if environ is None else environ) as m:
+        yield m
+
+
+def with_mcp(agent: AgentSpec, mcp: McpTools | None) -> AgentSpec:
+    """The agent as this attempt sees it: its tools, then the MCP tools its servers'
+    `tools` offer that it does not list itself (sorted), so the allowlist and the
+    approval rules treat them as any listed tool."""
+    extra = [n for n in (mcp.names() if mcp else []) if n not in agent.tools]
+    return agent.model_copy(update={"tools": [*agent.tools, *extra]}) if extra else agent
+
+
+def tool_view(registry: Registry, agent: AgentSpec, mcp: McpTools | None) -> View:
+    """The attempt's tools in the agent's order: the registry's and the MCP servers'."""
+    if mcp is None:
+        return registry.view(agent.tools)
+    listed = {t.name: t for t in mcp.tools}
+    found = (registry.get(n) or listed.get(n) for n in agent.tools)
+    return View([t for t in found if t is not None])
+
+
 def assemble(
     agent: AgentSpec,
     provider: Provider,
@@ -133,18 +168,23 @@ def assemble(
     settings: AssemblySettings,
     on_text: TextSink | None = None,
     stack: Sequence[Middleware | None] | None = None,
+    mcp: McpTools | None = None,
 ) -> AgentLoop:
     """The loop for one run of `agent`. `stack`: a middleware list to use instead of
-    the agent's default one (tests of a middleware alone); everything else is the same."""
+    the agent's default one (tests of a middleware alone); everything else is the same.
+    `mcp`: the attempt's MCP tools (`attempt_mcp`)."""
+    agent = with_mcp(agent, mcp)
     if stack is None:
         stack = middlewares(agent, run, settings)
     io.control.max_parallel_tools = agent.config.max_parallel_tools or DEFAULT_MAX_PARALLEL_TOOLS
-    return AgentLoop(
+    loop = AgentLoop(
         agent,
         Chain(stack),
-        registry.view(agent.tools),
+        tool_view(registry, agent, mcp),
         provider,
         io,
         loop_settings(agent, provider, run, settings),
         on_text,
     )
+    loop.mcp = mcp
+    return loop

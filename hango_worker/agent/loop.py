@@ -54,6 +54,7 @@ from hango_worker.provider.types import (
 )
 from hango_worker.telemetry import genai
 from hango_worker.telemetry.tracing import mark_error, tracer, turn_span
+from hango_worker.tool.mcp_client import McpTools
 from hango_worker.tool.registry import View
 from hango_worker.tool.types import Tool, ToolResult
 from hango_worker.vocab import ErrorType
@@ -116,6 +117,7 @@ class AgentLoop(ToolBatches):
         self._agent_blocks = agent.system_blocks()
         self._api_params = agent.config.api_params() or None  # once per run, not per call
         self._events: list[Event] = []
+        self.mcp: McpTools | None = None  # the attempt's MCP tools (agent/assemble.py)
         self._tools: dict[str, Tool] = {}
         self._usage = Usage()
         self._cost = RunCost(self.settings.prices, agent.model)
@@ -183,6 +185,8 @@ class AgentLoop(ToolBatches):
             )
         self._watermark = self._find_watermark(state, last)
         self._events.append(Event("run_started", {"attempt": info.attempt}))
+        if self.mcp is not None:  # what each MCP server listed, and whether it changed
+            self._events.append(Event("mcp_tools", self.mcp.record(state.private)))
         turn = info.turns_done
         while True:
             stop = self.control.stop_requested()

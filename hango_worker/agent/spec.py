@@ -21,6 +21,7 @@ from hango_worker.agent.middlewares.subagent import SubagentConfig
 from hango_worker.agent.middlewares.summarize import SummarizeConfig
 from hango_worker.provider import params as api
 from hango_worker.provider.types import TextBlock
+from hango_worker.tool.mcp_config import McpConfig, mcp_problem
 
 
 def skills_problem(tools: list[str], config: AgentConfig) -> str | None:
@@ -52,6 +53,7 @@ class LoopConfig(BaseModel):
 # pydantic orders the fields, and runs the sections' validators, from the LAST base to
 # the first: the stored keys read Budget's, the loop's, then each middleware's.
 class AgentConfig(
+    McpConfig,  # tool/mcp_config.py: mcp_servers (tool/mcp_client.py opens them)
     SkillsConfig,  # agent/middlewares/skills.py: skills
     PromptCacheConfig,  # agent/middlewares/prompt_cache.py: cache_ttl
     OutputConfig,  # agent/middlewares/output.py: output_schema, output_mode
@@ -164,7 +166,9 @@ class AgentSpec(BaseModel):
 
     @model_validator(mode="after")
     def _skills_tool(self) -> AgentSpec:
-        problem = skills_problem(self.tools, self.config)
+        problem = skills_problem(self.tools, self.config) or mcp_problem(
+            self.tools, self.config.mcp_servers
+        )
         if problem:
             raise ValueError(problem)
         return self

@@ -74,9 +74,15 @@ async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
         raise CliError(f"--config is not a valid agent config: {why}") from None
     except (ValueError, TypeError) as e:
         raise CliError(f"--config is not valid JSON: {e}") from None
-    tools = check_tools(a.tool or [], known_tools(s))
-    if problem := skills_problem(tools, AgentConfig.model_validate(cfg)):
+    from hango_worker.tool.mcp_config import mcp_problem, server_of
+
+    mcp_names = [t for t in a.tool or [] if server_of(t)]  # an MCP server's, listed per attempt
+    tools = check_tools(a.tool or [], known_tools(s) + mcp_names)
+    config = AgentConfig.model_validate(cfg)
+    if problem := skills_problem(tools, config):
         raise CliError(f"--config: {problem} (add --tool load_skill)")
+    if problem := mcp_problem(tools, config.mcp_servers):
+        raise CliError(f"--config: {problem}")
     async with pool_for(s) as (_, pool):
         tenant = await tenant_of(pool, a)
         agent_id = await repo.create_agent(

@@ -15,6 +15,7 @@ from hango_worker.agent.assemble import (
     AssemblySettings,
     RunParts,
     assemble,
+    attempt_mcp,
     for_run,
     memory_binding,
 )
@@ -38,6 +39,7 @@ from hango_worker.run.ratelimit import RunRateGate
 from hango_worker.run.skills import PgSkillStore
 from hango_worker.run.stream import TextPublisher
 from hango_worker.store import sql
+from hango_worker.tool.mcp_client import McpTools
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import ToolResult
 from hango_worker.vocab import Decision, ErrorType
@@ -348,7 +350,6 @@ async def execute(deps: RunDeps, c: Claim, control: RunControl) -> Outcome | Non
     except MemoryScopeError as e:
         await io.fail({"type": ErrorType.INVALID_INPUT, "message": str(e)})
         return Outcome("failed", {"type": ErrorType.INVALID_INPUT, "message": str(e)})
-    loop = _build_loop(deps, loaded, c, io, memory)
     parent, links = _previous_attempt(c)
     info = RunInfo(
         attempt=c.attempt,
@@ -363,7 +364,9 @@ async def execute(deps: RunDeps, c: Claim, control: RunControl) -> Outcome | Non
         links=links,
         span_attributes=_span_attributes(deps, c),
     )
-    return await loop.run(state, info)
+    async with attempt_mcp(loaded.agent) as mcp:  # closed when the attempt ends
+        loop = _build_loop(deps, loaded, c, io, memory, mcp)
+        return await loop.run(state, info)
 
 
 def _span_attributes(deps: RunDeps, c: Claim) -> dict[str, Any]:
@@ -431,7 +434,12 @@ def assembly_settings(s: Settings) -> AssemblySettings:
 
 
 def _build_loop(
-    deps: RunDeps, loaded: Loaded, c: Claim, io: PgRunIO, memory: MemoryBinding | None
+    deps: RunDeps,
+    loaded: Loaded,
+    c: Claim,
+    io: PgRunIO,
+    memory: MemoryBinding | None,
+    mcp: McpTools | None,
 ) -> AgentLoop:
     agent, run_id, obs, pub = loaded.agent, c.run_id, deps.observer, deps.text
     run = RunParts(
@@ -453,4 +461,4 @@ def _build_loop(
             pub.add(run_id, delta)
 
     settings = assembly_settings(deps.settings)
-    return assemble(agent, deps.provider, deps.registry, io, run, settings, on_text)
+    return assemble(agent, deps.provider, deps.registry, io, run, settings, on_text, mcp=mcp)

@@ -80,6 +80,11 @@ FILES_UPLOADED = Counter(
     "Stored content blocks sent as Files API files, by outcome (uploaded, reused, reuploaded).",
     ["outcome"],
 )
+# MCP tool calls (tool/mcp_client.py), by server (an agent's configured name) and outcome:
+# ok, error (the tool answered is_error), timeout, unavailable, failed (a protocol error).
+MCP_CALLS = Counter(
+    "hango_mcp_calls_total", "Calls to MCP servers' tools, by outcome.", ["server", "outcome"]
+)
 SKILL_LOADS = Counter("hango_skill_loads_total", "load_skill tool calls, by result.", ["result"])
 # Compaction (agent/middlewares/summarize.py): rungs applied, and each request's size.
 COMPACTION_RUNGS = ("clear_tool_results", "sliding_window", "summary")

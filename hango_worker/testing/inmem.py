@@ -14,6 +14,7 @@ from hango_worker.agent.assemble import (
     AssemblySettings,
     RunParts,
     assemble,
+    attempt_mcp,
     for_run,
     memory_binding,
 )
@@ -303,7 +304,8 @@ async def run_agent(
     Messages API parameters (`runs.input.params`); `decisions`: a person's decisions for
     a run resumed after waiting (with `info.not_started`). `stack=None` → the agent's
     default stack (an agent listing the memory tool gets `memory`, or a fresh in-memory
-    store); a list replaces only the middlewares."""
+    store); a list replaces only the middlewares. The agent's `mcp_servers` are opened for
+    the attempt and closed after it, as the worker does (agent/assemble.py attempt_mcp)."""
     state = state or make_state(agent)
     agent = for_run(agent, state.tenant_id, params)
     registry = Registry(
@@ -313,7 +315,8 @@ async def run_agent(
     io.control.retry_base_s = 0.01
     run = _run_parts(agent, state, io, limits, memory, memory_key, decisions, skills)
     chosen = _settings(settings, max_turns, capture_content)
-    loop = assemble(agent, provider, registry, io, run, chosen, on_text, stack)
     info = info or RunInfo(persisted=0)
-    outcome = await loop.run(state, info)
+    async with attempt_mcp(agent) as mcp:
+        loop = assemble(agent, provider, registry, io, run, chosen, on_text, stack, mcp)
+        outcome = await loop.run(state, info)
     return outcome, state, io
