@@ -39,7 +39,7 @@ from hango_worker.agent.middleware import Answer, ModelRequest, ModelResponse, T
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, StateError, dump_state
-from hango_worker.provider.fingerprint import MessageHashes, fingerprint
+from hango_worker.provider.fingerprint import Fingerprints, fingerprint
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import (
     Message,
@@ -130,7 +130,7 @@ class AgentLoop(ToolBatches):
         self._states: list[tuple[int, str]] = []  # (turn, state at its end, as JSON)
         self._last_state: str | None = None
         # the fingerprint of the request the turn's response answers (provider/fingerprint.py)
-        self._hashes = MessageHashes()
+        self._fingerprints = Fingerprints()
         self._sent: dict[str, Any] | None = None
         # bound once, so the chain composes its onion once per run, not per call
         self._side_call_handler = self._side_call
@@ -391,7 +391,7 @@ class AgentLoop(ToolBatches):
         request = evolve(req.request, system=system)  # every other field as it is
         for final in req.final_rewrites:
             request = final(request, layout)
-        self._sent = fingerprint(request, self._hashes)
+        self._sent = fingerprint(request, self._fingerprints)
         return await self._model.call(request, req.on_text)
 
     async def _side_call(self, request: Request) -> ModelResponse:

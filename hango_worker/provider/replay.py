@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hango_worker.provider.fingerprint import MessageHashes, fingerprint, first_difference
+from hango_worker.provider.fingerprint import Fingerprints, fingerprint, first_difference
 from hango_worker.provider.types import ModelError, Request, Response, TextSink
 
 DIVERGED = "replay_diverged"
@@ -46,12 +46,12 @@ class ReplayProvider:
     requests: list[Request] = field(default_factory=list)
     fingerprints: list[dict[str, Any]] = field(default_factory=list)
     divergence: Mismatch | None = None
-    _hashes: MessageHashes = field(default_factory=MessageHashes)
+    _fingerprints: Fingerprints = field(default_factory=Fingerprints)
 
     async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
         index = len(self.requests)
         self.requests.append(request)
-        fp = fingerprint(request, self._hashes)
+        fp = fingerprint(request, self._fingerprints)
         self.fingerprints.append(fp)
         if index >= len(self.calls):
             self.divergence = Mismatch(index + 1, "calls")
