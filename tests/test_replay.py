@@ -174,6 +174,16 @@ async def test_a_run_recorded_without_fingerprints_is_compared_with_its_rebuilt_
     assert '+  "max_tokens": 1000,' in d.diff, d.diff
 
 
+async def test_a_replay_that_makes_fewer_model_calls_diverges_at_the_missing_one(
+    pool: asyncpg.Pool, dsn: str, recorded: str
+) -> None:
+    limited = {"config": {"max_turns": 1, "on_limit": "fail"}}
+    report = await do_replay(pool, dsn, recorded, config=limited)
+    d = report.divergence
+    assert d is not None and (d.request, d.field) == (2, "calls"), d
+    assert "made 1 requests" in d.note and "max_turns" in d.note and "made 3" in d.note
+
+
 async def test_what_cannot_be_replayed_says_why(
     pool: asyncpg.Pool, dsn: str, recorded: str
 ) -> None:
