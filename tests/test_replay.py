@@ -17,11 +17,12 @@ from hango_worker.agent.middlewares import todo
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.run.execute import assembly_settings
 from hango_worker.run.replay import ReplayError, ReplayReport, replay
-from hango_worker.store import repo
+from hango_worker.store import decisions, repo
 from hango_worker.testing.fake_anthropic import FakeAnthropic
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
-from tests.helpers import call, recording_tool
+from hango_worker.vocab import Decision
+from tests.helpers import call, recording_tool, scripted
 from tests.test_cli import cli
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle, settings
 
@@ -142,7 +143,7 @@ async def test_a_changed_middleware_diverges_at_the_request_it_changes(
     report = await do_replay(pool, dsn, recorded)
     d = report.divergence
     assert d is not None and (d.request, d.field) == (2, "system"), d
-    assert "(doing) search" in d.diff and "made by other code" in d.note
+    assert "(doing) search" in d.diff and "other code" in d.note
 
 
 async def test_a_changed_tool_result_diverges_at_the_next_request_in_its_message(
@@ -182,6 +183,20 @@ async def test_a_replay_that_makes_fewer_model_calls_diverges_at_the_missing_one
     d = report.divergence
     assert d is not None and (d.request, d.field) == (2, "calls"), d
     assert "made 1 requests" in d.note and "max_turns" in d.note and "made 3" in d.note
+
+
+async def test_a_run_that_waited_is_compared_up_to_its_wait(pool: asyncpg.Pool, dsn: str) -> None:
+    await make_agent(pool, name="asker", tools=["ask_user"])
+    run_id = await enqueue(pool, "deploy it", agent="asker")
+    script = [{"tool_calls": [call("ask_user", question="Which region?")]}, {"text": "Done."}]
+    await run_until_idle(dsn, scripted(*script))
+    assert (await details(pool, run_id))["status"] == "waiting"
+    await decisions.decide(pool, T, run_id, Decision.ANSWER, text="eu-west-1")
+    await run_until_idle(dsn, scripted(*script))
+    assert (await details(pool, run_id))["status"] == "succeeded"
+    report = await do_replay(pool, dsn, run_id)
+    assert report.identical and (report.requests, report.recorded) == (1, 2)
+    assert "both waited after request 1" in report.note
 
 
 async def test_what_cannot_be_replayed_says_why(

@@ -70,6 +70,8 @@ async def cmd_replay(s: Settings, a: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict()))
     elif report.divergence is None:
         print(f"identical ({report.requests} requests)")
+        if report.note:
+            print(report.note)
     else:
         d = report.divergence
         print(f"diverged at request {d.request}: {d.field}")

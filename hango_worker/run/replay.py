@@ -120,6 +120,7 @@ class ReplayReport:
     recorded: int  # the model calls the run recorded
     basis: str  # "recorded": the run's own fingerprints; "rebuilt": see `replay`
     divergence: Divergence | None = None
+    note: str = ""  # identical up to where the run and the replay both waited
 
     @property
     def identical(self) -> bool:
@@ -133,6 +134,8 @@ class ReplayReport:
             "recorded": self.recorded,
             "basis": self.basis,
         }
+        if self.note:
+            d["note"] = self.note
         if self.divergence is not None:
             d.update(dataclasses.asdict(self.divergence))
         return d
@@ -181,9 +184,12 @@ async def replay(
     done = await drive(chosen, sent)
     found = done.provider.divergence
     made = len(done.provider.requests)
+    report = ReplayReport(run_id, made, len(rec.model_messages), basis)
     if found is None and made < len(rec.model_messages):  # it ended before the run did
+        if done.outcome.status == "waiting" and made == rec.first_wait:
+            note = f"the run and the replay both waited after request {made}: compared up to there"
+            return dataclasses.replace(report, note=note)
         found = Mismatch(made + 1, "calls")
-    report = ReplayReport(run_id, len(done.provider.requests), len(rec.model_messages), basis)
     if found is None:
         return report
     if baseline is None:
@@ -344,7 +350,7 @@ def _divergence(
     if exact:
         return Divergence(k, fld, _unified(before, after))
     if before == after:  # this code with the run's own agent sends what the replay sent
-        note = f"the recorded {fld} was made by other code: not rebuilt; the replay's shown"
+        note = f"the recorded {fld} came from other code or tools: not rebuilt; the replay's shown"
         return Divergence(k, fld, "\n".join(after), note)
     note = f"the recorded {fld} not rebuilt: diffed with this code's for the run's own agent"
     return Divergence(k, fld, _unified(before, after), note)

@@ -3,9 +3,8 @@
 One function, `recording`, reads everything a replay needs in one repeatable-read,
 read-only transaction: the run and its agent's row, the session's messages up to the
 run's last one (a replay starts from those up to its first, its input), the run's
-`model_message` events (the
-model's responses, in order, with what was sent for each) and its recorded tool
-results. Nothing here writes.
+`model_message` events (the model's responses, in order, with what was sent for each),
+where it first waited, and its recorded tool results. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ HISTORY = (
     "ORDER BY seq"
 )
 MODEL_MESSAGES = (
-    "SELECT payload::text AS payload FROM run_events "
-    "WHERE run_id = $1 AND type = 'model_message' ORDER BY seq"
+    "SELECT type, payload::text AS payload FROM run_events "
+    "WHERE run_id = $1 AND type IN ('model_message', 'run_waiting') ORDER BY seq"
 )
 TOOL_RESULTS = "SELECT tool_use_id, result::text AS result FROM tool_calls WHERE run_id = $1"
 AGENT = (
@@ -46,6 +45,7 @@ class Recording:
     history: list[dict[str, Any]]  # seq, role, content (decoded), mine: up to the run's end
     model_messages: list[dict[str, Any]]  # the model_message payloads, in order
     tool_results: dict[str, Any]  # tool_use_id → the recorded result (decoded)
+    first_wait: int | None = None  # the model calls made before the run first waited
 
     @property
     def start(self) -> list[dict[str, Any]]:
@@ -71,12 +71,19 @@ async def recording(db: asyncpg.Pool, tenant_id: str, run_id: str) -> Recording:
         history = await conn.fetch(HISTORY, run["session_id"], run_id)
         events = await conn.fetch(MODEL_MESSAGES, run_id)
         results = await conn.fetch(TOOL_RESULTS, run_id)
+    calls = [readable_json(e["payload"]) for e in events if e["type"] == "model_message"]
+    waits = [i for i, e in enumerate(events) if e["type"] == "run_waiting"]
     return Recording(
         run=run,
         history=[{**r, "content": readable_json(r["content"])} for r in history],
-        model_messages=[readable_json(e["payload"]) for e in events],
+        model_messages=calls,
         tool_results={r["tool_use_id"]: readable_json(r["result"]) for r in results},
+        first_wait=_calls_before(events, waits[0]) if waits else None,
     )
+
+
+def _calls_before(events: list[Any], end: int) -> int:
+    return sum(1 for e in events[:end] if e["type"] == "model_message")
 
 
 async def agent_row(db: asyncpg.Pool, tenant_id: str, name_or_id: str) -> dict[str, Any]:
