@@ -168,7 +168,7 @@ async def test_a_run_recorded_without_fingerprints_is_compared_with_its_rebuilt_
         "UPDATE run_events SET payload = payload - 'request' WHERE type = 'model_message'"
     )
     same = await do_replay(pool, dsn, recorded)
-    assert same.identical and same.basis == "rebuilt"
+    assert same.identical and same.basis == "rebuilt" and "no request fingerprints" in same.note
     changed = await do_replay(pool, dsn, recorded, config={"config": {"max_tokens": 1000}})
     d = changed.divergence
     assert d is not None and (d.request, d.field) == (1, "params")

@@ -120,7 +120,7 @@ class ReplayReport:
     recorded: int  # the model calls the run recorded
     basis: str  # "recorded": the run's own fingerprints; "rebuilt": see `replay`
     divergence: Divergence | None = None
-    note: str = ""  # identical up to where the run and the replay both waited
+    note: str = ""  # identical, with a caveat: both waited; compared with rebuilt requests
 
     @property
     def identical(self) -> bool:
@@ -180,7 +180,8 @@ async def replay(
     baseline: Pass | None = None
     if basis == "rebuilt":
         baseline = await drive(own, [None] * len(sent))
-        sent = list(baseline.provider.fingerprints)
+        rebuilt = baseline.provider.fingerprints[: len(sent)]
+        sent = [*rebuilt, *[None] * (len(sent) - len(rebuilt))]
     done = await drive(chosen, sent)
     found = done.provider.divergence
     made = len(done.provider.requests)
@@ -191,6 +192,10 @@ async def replay(
             return dataclasses.replace(report, note=note)
         found = Mismatch(made + 1, "calls")
     if found is None:
+        if basis == "rebuilt":
+            note = "the run recorded no request fingerprints: compared with the requests this "
+            note += "code makes for the run's own agent (a code change cannot show)"
+            return dataclasses.replace(report, note=note)
         return report
     if baseline is None:
         baseline = await drive(own, [None] * len(sent))
