@@ -17,7 +17,7 @@ from hango_worker.agent.middlewares import todo
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.run.execute import assembly_settings
 from hango_worker.run.replay import ReplayError, ReplayReport, replay
-from hango_worker.store import decisions, repo
+from hango_worker.store import decisions, fork, repo
 from hango_worker.testing.fake_anthropic import FakeAnthropic
 from hango_worker.tool.registry import Registry
 from hango_worker.tool.types import Tool, ToolContext, ToolResult
@@ -197,6 +197,26 @@ async def test_a_run_that_waited_is_compared_up_to_its_wait(pool: asyncpg.Pool, 
     report = await do_replay(pool, dsn, run_id)
     assert report.identical and (report.requests, report.recorded) == (1, 2)
     assert "both waited after request 1" in report.note
+
+
+async def test_a_fork_replays_from_its_copied_history_and_state(
+    pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, recorded: str
+) -> None:
+    """A fork of turn 1 starts from the source's history and plan (state) at that turn."""
+    ids = await fork.fork(pool, T, recorded, 1, "Go on.")
+    echo, _ = recording_tool()
+    claude = AnthropicProvider(api_key="test-key", base_url=fake.base_url, max_retries=0)
+    try:
+        await run_until_idle(dsn, claude, [echo])
+    finally:
+        await claude.aclose()
+    assert (await details(pool, ids["run_id"]))["status"] == "succeeded"
+    report = await do_replay(pool, dsn, ids["run_id"])
+    assert report.identical, report.divergence
+    assert (report.requests, report.recorded) == (2, 2)
+    changed = await do_replay(pool, dsn, ids["run_id"], config={"system": ["Be terse."]})
+    assert changed.divergence is not None and changed.divergence.request == 1
+    assert "Current todo list" in changed.divergence.diff  # the copied plan, on both sides
 
 
 async def test_what_cannot_be_replayed_says_why(

@@ -31,7 +31,7 @@ from hango_worker.agent.loop import RunInfo
 from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
 from hango_worker.agent.ports import Event, FileInfo, Outcome
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
-from hango_worker.agent.state import FileWrite, State
+from hango_worker.agent.state import FileWrite, State, load_state
 from hango_worker.provider.fingerprint import (
     canonical_json,
     fingerprint,
@@ -301,26 +301,44 @@ class _Driver:
         )
         loop = assemble(agent, provider, tools, io, run, self.settings)
         state = await self._state(agent)
-        outcome = await loop.run(state, RunInfo(persisted=len(state.messages)))
+        info = RunInfo(
+            persisted=len(state.messages),
+            turns_done=self.rec.copied_turns,
+            recorded=await self._pending(state),
+        )
+        outcome = await loop.run(state, info)
         return Pass(provider, outcome)
 
     async def _state(self, agent: AgentSpec) -> State:
+        """The state the run started from: its history up to its input (a fork's
+        copied history), and a fork's copied state."""
         r = self.rec.run
         try:
             messages = [_message(m) for m in self.rec.start]
             await inline_blobs(self.pool, self.tenant_id, messages)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ReplayError(f"the run's history cannot be read: {e}") from None
-        return State(r["id"], r["session_id"], agent.id, self.tenant_id, messages=messages)
+            ids = {"run_id": r["id"], "session_id": r["session_id"], "agent_id": agent.id}
+            return load_state(self.rec.state, **ids, tenant_id=self.tenant_id, messages=messages)
+        except (ValueError, KeyError, TypeError) as e:  # StateError is a ValueError
+            raise ReplayError(f"the run's start cannot be read: {e}") from None
+
+    async def _results(self) -> dict[str, ToolResult]:
+        try:
+            found = {k: ToolResult.from_dict(v) for k, v in self.rec.tool_results.items()}
+            return await inline_results(self.pool, self.tenant_id, found)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ReplayError(f"a recorded tool result cannot be read: {e}") from None
+
+    async def _pending(self, state: State) -> dict[str, ToolResult]:
+        """A fork of a turn whose calls were not answered: their recorded results."""
+        last = state.messages[-1] if state.messages else None
+        if last is None or last.role != "assistant" or not last.tool_uses():
+            return {}
+        results = await self._results()
+        return {u.id: results[u.id] for u in last.tool_uses() if u.id in results}
 
     async def _recorded(self, agent: AgentSpec) -> Registry:
         """The agent's registry tools, each answering with the recorded results."""
-        try:
-            found = {k: ToolResult.from_dict(v) for k, v in self.rec.tool_results.items()}
-            results = await inline_results(self.pool, self.tenant_id, found)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ReplayError(f"a recorded tool result cannot be read: {e}") from None
-        fn = _served(results)
+        fn = _served(await self._results())
         served: list[Tool] = [
             dataclasses.replace(t, call=fn) for t in self.registry.view(agent.tools)
         ]

@@ -4,7 +4,8 @@ One function, `recording`, reads everything a replay needs in one repeatable-rea
 read-only transaction: the run and its agent's row, the session's messages up to the
 run's last one (a replay starts from those up to its first, its input), the run's
 `model_message` events (the model's responses, in order, with what was sent for each),
-where it first waited, and its recorded tool results. Nothing here writes.
+where it first waited, its recorded tool results and, for a fork, the state it
+started from (its source run's at the turn it was forked at). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ MODEL_MESSAGES = (
     "WHERE run_id = $1 AND type IN ('model_message', 'run_waiting') ORDER BY seq"
 )
 TOOL_RESULTS = "SELECT tool_use_id, result::text AS result FROM tool_calls WHERE run_id = $1"
+# a fork's state as it started: its source run's at the turn it was forked at (store/fork.py)
+FORK_STATE = (
+    "SELECT state_json::text FROM run_states WHERE run_id = $1 AND turn <= $2 "
+    "ORDER BY turn DESC LIMIT 1"
+)
 AGENT = (
     "SELECT id::text, name, model, system, tools, config FROM agents "
     "WHERE tenant_id = $1 AND (name = $2 OR id::text = $2) ORDER BY name = $2 DESC LIMIT 1"
@@ -46,14 +52,34 @@ class Recording:
     model_messages: list[dict[str, Any]]  # the model_message payloads, in order
     tool_results: dict[str, Any]  # tool_use_id → the recorded result (decoded)
     first_wait: int | None = None  # the model calls made before the run first waited
+    state: Any = None  # the state it started from: a fork's (None: a fresh run's)
+
+    @property
+    def fork(self) -> dict[str, Any] | None:
+        """`runs.input.fork` of a forked run: the run and turn it was forked from."""
+        found = self.run["input"].get("fork") if isinstance(self.run["input"], dict) else None
+        return found if isinstance(found, dict) else None
+
+    @property
+    def copied_turns(self) -> int:
+        """The model responses in its history before its own (a fork's copied turns)."""
+        if self.fork is None:
+            return 0
+        own = sum(1 for m in self.history if m["mine"] and m["role"] == "assistant")
+        return max(0, own - len(self.model_messages))
 
     @property
     def start(self) -> list[dict[str, Any]]:
-        """The messages the run started from: the history up to its first (its input)."""
-        for i, m in enumerate(self.history):
-            if m["mine"]:
-                return self.history[: i + 1]
-        return []
+        """The messages the run started from: the history up to its first (its input);
+        a fork's, everything before its first own model response."""
+        mine = [i for i, m in enumerate(self.history) if m["mine"]]
+        if not mine:
+            return []
+        if self.fork is None:
+            return self.history[: mine[0] + 1]
+        answers = [i for i in mine if self.history[i]["role"] == "assistant"]
+        copied = self.copied_turns
+        return self.history[: answers[copied]] if copied < len(answers) else self.history
 
 
 async def recording(db: asyncpg.Pool, tenant_id: str, run_id: str) -> Recording:
@@ -71,6 +97,7 @@ async def recording(db: asyncpg.Pool, tenant_id: str, run_id: str) -> Recording:
         history = await conn.fetch(HISTORY, run["session_id"], run_id)
         events = await conn.fetch(MODEL_MESSAGES, run_id)
         results = await conn.fetch(TOOL_RESULTS, run_id)
+        state = await _fork_state(conn, run["input"])
     calls = [readable_json(e["payload"]) for e in events if e["type"] == "model_message"]
     waits = [i for i, e in enumerate(events) if e["type"] == "run_waiting"]
     return Recording(
@@ -79,7 +106,16 @@ async def recording(db: asyncpg.Pool, tenant_id: str, run_id: str) -> Recording:
         model_messages=calls,
         tool_results={r["tool_use_id"]: readable_json(r["result"]) for r in results},
         first_wait=_calls_before(events, waits[0]) if waits else None,
+        state=state,
     )
+
+
+async def _fork_state(conn: asyncpg.Connection, run_input: Any) -> Any:
+    fork = run_input.get("fork") if isinstance(run_input, dict) else None
+    if not isinstance(fork, dict) or not isinstance(fork.get("at_turn"), int):
+        return None
+    found = await conn.fetchval(FORK_STATE, str(fork.get("run_id")), fork["at_turn"])
+    return readable_json(found) if found is not None else {}
 
 
 def _calls_before(events: list[Any], end: int) -> int:
