@@ -174,7 +174,7 @@ async def replay(
         chosen = _spec(await agent_row(pool, tenant_id, agent), tenant_id, rec.run["input"])
     elif config is not None:
         chosen = _spec(_changed(rec.run, config), tenant_id, rec.run["input"])
-    sent = [m.get("request") for m in rec.model_messages]
+    sent = [m.get("request") if isinstance(m, dict) else None for m in rec.model_messages]
     basis = "recorded" if all(isinstance(s, dict) for s in sent) else "rebuilt"
     drive = _Driver(pool, tenant_id, rec, registry, settings, live_tools)
     baseline: Pass | None = None
@@ -248,13 +248,16 @@ def _overrides(run_input: Any) -> RunOverrides | None:
 def _calls(rec: Recording, agent: AgentSpec, sent: list[Any]) -> list[RecordedCall]:
     """The recorded responses, built anew for each drive (a drive's history is its own)."""
     out = []
-    for payload, fp in zip(rec.model_messages, sent, strict=True):
-        response = Response(
-            message=message_from_dict(payload["message"]),
-            stop_reason=StopReason(payload["stop_reason"]),
-            usage=Usage.from_dict(payload.get("usage")),
-            model=agent.model,
-        )
+    for i, (payload, fp) in enumerate(zip(rec.model_messages, sent, strict=True), 1):
+        try:
+            response = Response(
+                message=message_from_dict(payload["message"]),
+                stop_reason=StopReason(payload["stop_reason"]),
+                usage=Usage.from_dict(payload.get("usage")),
+                model=agent.model,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ReplayError(f"recorded response {i} cannot be read: {e!r}") from None
         out.append(RecordedCall(response, fp if isinstance(fp, dict) else None))
     return out
 
