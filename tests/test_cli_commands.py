@@ -36,6 +36,7 @@ TREE: dict[str, list[str]] = {
         "files",
         "file",
     ],
+    "replay": [],
     "memory": ["ls", "show", "rm"],
     "skills": ["add", "list", "show"],
     "ratelimits": ["set", "list", "rm"],

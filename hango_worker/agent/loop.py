@@ -39,6 +39,7 @@ from hango_worker.agent.middleware import Answer, ModelRequest, ModelResponse, T
 from hango_worker.agent.ports import Event, Outcome, RunIO
 from hango_worker.agent.spec import AgentSpec
 from hango_worker.agent.state import State, StateError, dump_state
+from hango_worker.provider.fingerprint import Fingerprints, fingerprint
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import (
     FileIds,
@@ -133,6 +134,9 @@ class AgentLoop(ToolBatches):
         self._done = 0  # model turns completed by this run (all attempts)
         self._states: list[tuple[int, str]] = []  # (turn, state at its end, as JSON)
         self._last_state: str | None = None
+        # the fingerprint of the request the turn's response answers (provider/fingerprint.py)
+        self._fingerprints = Fingerprints()
+        self._sent: dict[str, Any] | None = None
         # bound once, so the chain composes its onion once per run, not per call
         self._side_call_handler = self._side_call
         self._base_model_handler = self._base_model
@@ -305,6 +309,7 @@ class AgentLoop(ToolBatches):
         req = ModelRequest(
             request=request, state=state, on_text=self.on_text, call_model=self._side_call_handler
         )
+        self._sent = None
         resp = await self.chain.model_call(req, self._base_model_handler)
         if stops.cut_tool_call(resp):  # cut off in a tool call: once more, with more room
             cap, used = self._limits.budget.max_output_tokens, self._usage.output_tokens
@@ -347,12 +352,15 @@ class AgentLoop(ToolBatches):
         return outcome
 
     def _message_event(self, turn: int, resp: ModelResponse) -> dict[str, Any]:
-        return {
+        event = {
             "turn": turn,
             "message": resp.message.to_dict(),
             "stop_reason": str(resp.stop_reason),
             "usage": resp.usage.to_dict(),
         }
+        if self._sent is not None:  # what was sent for it (hango-worker replay compares)
+            event["request"] = self._sent
+        return event
 
     @staticmethod
     def _answered(state: State, answer: Answer) -> Outcome | None:
@@ -391,6 +399,7 @@ class AgentLoop(ToolBatches):
         request = evolve(req.request, system=system)  # every other field as it is
         for final in req.final_rewrites:
             request = final(request, layout)
+        self._sent = fingerprint(request, self._fingerprints)
         return await self._model.call(request, req.on_text)
 
     async def _side_call(self, request: Request) -> ModelResponse:

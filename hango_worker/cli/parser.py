@@ -25,6 +25,7 @@ from hango_worker.cli import (
     memory,
     migrating,
     ratelimits,
+    replay,
     runs,
     skills,
     tenants,
@@ -32,7 +33,8 @@ from hango_worker.cli import (
 )
 
 EXIT_CODES = (
-    "exit codes: 0 ok; 1 the run did not succeed (demo, runs watch); 2 usage or "
+    "exit codes: 0 ok; 1 the run did not succeed (demo, runs watch), a replay "
+    "diverged; 2 usage or "
     "configuration error; 3 not found; 4 conflict; 5 database unavailable (unreachable, "
     "missing, credentials refused, not migrated or newer schema); 130 interrupted"
 )
@@ -50,6 +52,7 @@ COMMANDS = (
     fork,
     history,
     files,
+    replay,
     memory,
     skills,
     ratelimits,
