@@ -2,8 +2,9 @@
 
 `hango-worker replay RUN_ID` (cli/replay.py; docs/operations.md, "Change agents
 safely"). The run's agent (or another one, or the run's with some fields changed) is
-assembled with agent/assemble.py, as a worker assembles it, over `ReplayIO`, a RunIO
-that keeps every write in memory: replay writes nothing. The model is a
+assembled with agent/assemble.py, as a worker assembles it, over `RecordingRunIO`
+(agent/recording_io.py), a RunIO that keeps every write in memory: replay writes
+nothing. The model is a
 `ReplayProvider` (provider/replay.py) serving the run's recorded responses in order;
 the agent's registry tools answer with their recorded results (`tool_calls`), unless
 `live_tools`. Each request is compared with the fingerprint the run recorded of what it
@@ -18,20 +19,20 @@ import difflib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 from pydantic import ValidationError
 
 from hango_worker.agent.assemble import AssemblySettings, RunParts, assemble, for_run
-from hango_worker.agent.control import RunControl
 from hango_worker.agent.limits import RunOverrides
 from hango_worker.agent.loop import RunInfo
 from hango_worker.agent.middlewares.memory import TOOL_NAME as MEMORY_TOOL
-from hango_worker.agent.ports import Event, FileInfo, Outcome
+from hango_worker.agent.ports import Outcome
+from hango_worker.agent.recording_io import RecordingRunIO
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
-from hango_worker.agent.state import FileWrite, State, load_state
+from hango_worker.agent.state import State, load_state
 from hango_worker.provider.fingerprint import (
     canonical_json,
     fingerprint,
@@ -44,7 +45,6 @@ from hango_worker.provider.types import (
     Request,
     Response,
     StopReason,
-    ToolUseBlock,
     Usage,
     message_from_dict,
 )
@@ -61,48 +61,6 @@ AGENT_FIELDS = ("model", "system", "tools", "config")
 
 class ReplayError(Exception):
     """The run cannot be replayed (the message says why)."""
-
-
-@dataclass
-class ReplayIO:
-    """The RunIO of a replay: every write kept in memory, nothing sent anywhere."""
-
-    control: RunControl = field(default_factory=RunControl)
-    files: dict[str, FileWrite] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-
-    async def checkpoint(
-        self,
-        state: State,
-        new_messages: list[Message],
-        events: list[Event],
-        outcome: Outcome | None,
-        usage: dict[str, Any] | None = None,
-        states: list[tuple[int, str]] | None = None,
-    ) -> None:
-        self._flush(state)
-        self.events.extend(events)
-
-    async def record_tool_result(
-        self, state: State, call: ToolUseBlock, result: ToolResult, event: Event
-    ) -> None:
-        self._flush(state)
-        self.events.append(event)
-
-    async def mark_started(self, tool_use_id: str) -> None:
-        return None
-
-    def _flush(self, state: State) -> None:
-        for w in state.file_writes:
-            self.files[w.path] = w
-        state.file_writes.clear()
-
-    async def get_file(self, path: str) -> str | None:
-        w = self.files.get(path)
-        return None if w is None else w.content
-
-    async def list_files(self) -> list[FileInfo]:
-        return [FileInfo(w.path, w.size, w.tool_use_id) for _, w in sorted(self.files.items())]
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +251,7 @@ class _Driver:
         if MEMORY_TOOL in agent.tools:
             raise ReplayError(f"agent {agent.name!r} uses the memory tool: not replayable yet")
         provider = ReplayProvider(_calls(self.rec, agent, sent))
-        io = ReplayIO()
+        io = RecordingRunIO()
         tools = self.registry if self.live_tools else await self._recorded(agent)
         run = RunParts(
             started_s=time.time(),
