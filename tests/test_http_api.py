@@ -15,6 +15,7 @@ import httpx2 as httpx
 from hango_worker.client import Client
 from hango_worker.console.api_openapi import document
 from hango_worker.provider.scripted import ScriptedProvider
+from hango_worker.store.run_stream import Position, parse_event_id
 from tests.console_helpers import ACT, OTHER, READ, bearer, console, other_tenant_run, waiting_runs
 from tests.helpers import call, recording_tool, scripted
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
@@ -135,7 +136,18 @@ async def test_approve_a_waiting_run_over_the_api(pool: asyncpg.Pool, dsn: str) 
     turns = scripted({"tool_calls": [call("echo", text="hi")]}, {"text": "all done"})
     await run_until_idle(dsn, turns, tools=[tool])
     assert calls == [{"text": "edited"}]
-    assert (await details(pool, run_id))["status"] == "succeeded"
+    run = await details(pool, run_id)
+    assert run["status"] == "succeeded"
+    # two attempts by two workers (waiting, then resumed): one stream, resumable anywhere
+    assert {e["attempt"] for e in run["events"]} >= {1, 2}
+    seqs = [str(e["seq"]) for e in run["events"]]
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url, headers=bearer(READ)) as c:
+        whole = await events(c, run_id)
+        assert [i for i, _, _ in whole] == [*seqs, None]
+        assert any(e == "run_waiting" for _, e, _ in whole)
+        assert any(e == "decision" for _, e, _ in whole)
+        for k in range(len(seqs)):
+            assert await events(c, run_id, last=seqs[k]) == whole[k + 1 :]
 
 
 async def test_the_stream_of_a_finished_run_resumes_after_any_event(
@@ -180,6 +192,22 @@ async def test_a_stream_started_during_a_run_ends_with_its_final_status(
             assert i is not None and answer[d["offset"] :].startswith(d["text"])
     ids = [tuple(int(p) for p in i.split(".")) + (0,) * (1 - i.count(".")) for i, _, _ in got if i]
     assert ids == sorted(set(ids))  # every id once, in order
+
+
+def test_deltas_skip_committed_text_and_restart_with_a_new_attempt() -> None:
+    pos = Position(attempt=1)
+    first = pos.delta(0, "Hello, ")
+    assert first is not None and (first.id, first.data) == ("0.1", {"text": "Hello, ", "offset": 0})
+    text = {"type": "text", "text": "Hello, world"}
+    message = {"message": {"content": [text]}}
+    pos.saw({"seq": 1, "type": "model_message", "attempt": 1, "payload": message})
+    assert pos.delta(7, "world") is None  # a late chunk the message already carries
+    late = pos.delta(7, "world and more")
+    assert late is not None and (late.id, late.data) == ("1.1", {"text": " and more", "offset": 12})
+    pos.claim(2)  # another worker took the run over: its text starts at 0 again
+    again = pos.delta(0, "Hello")
+    assert again is not None and (again.id, again.data) == ("1.2", {"text": "Hello", "offset": 0})
+    assert parse_event_id("7.3") == (7, 3) and parse_event_id(None) == (0, 0)
 
 
 async def test_the_openapi_document_is_served_and_checked_in(dsn: str) -> None:

@@ -12,8 +12,9 @@ Two kinds of event, each with an id that orders it within the run:
   `n` counts from 1 (after a resume at `s.n`: from n+1). They are provisional: never
   stored, so text streamed while no one listened is not sent again; the `model_message`
   event that ends the turn carries its whole text and supersedes the deltas since the
-  previous durable event. Text a durable event already carries is never sent as a delta
-  after it (each claim's text is counted from its offset 0, as the worker publishes it).
+  previous durable event. Text a durable event of the current attempt already carries
+  is not sent as a delta after it: the worker counts each claim's text from offset 0
+  (run/stream.py), and a claim is an attempt (`runs.attempt`, `run_events.attempt`).
 
 The stream ends with `end` (`{"status": …}`, no id) once the run has finished.
 """
@@ -31,11 +32,6 @@ import asyncpg
 
 from hango_worker.store import repo
 from hango_worker.vocab import FINISHED
-
-# the events that end a worker's claim or start one: the next claim's text starts at 0
-CLAIM_BOUNDS = frozenset(
-    {"run_started", "run_waiting", "run_released", "run_reclaimed", "run_finished"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +82,21 @@ def message_text(e: dict[str, Any]) -> str:
 
 class Position:
     """Where a stream stands: the last durable seq, the deltas sent since, and how much of
-    the current claim's text the durable events already carry."""
+    the current attempt's text the durable events already carry."""
 
-    def __init__(self, seq: int, n: int) -> None:
-        self.seq, self.n, self.committed = seq, n, 0
+    def __init__(self, attempt: int) -> None:
+        self.seq, self.n, self.attempt, self.committed = 0, 0, attempt, 0
+
+    def claim(self, attempt: int) -> None:
+        """The run's current attempt: a new one streams its text from offset 0."""
+        if attempt != self.attempt:
+            self.attempt, self.committed = attempt, 0
 
     def saw(self, e: dict[str, Any]) -> None:
         if e["seq"] > self.seq:
             self.seq, self.n = e["seq"], 0
-        self.committed = 0 if e["type"] in CLAIM_BOUNDS else self.committed + len(message_text(e))
+        if e.get("attempt") == self.attempt:
+            self.committed += len(message_text(e))
 
     def delta(self, offset: int, text: str) -> StreamEvent | None:
         """The delta to send for a chunk at `offset`, trimmed of committed text; None if
@@ -121,15 +123,16 @@ async def events(
     or `stopping()`. `deltas`: the run's (offset, text) chunks, subscribed before this is
     called (None: durable events only). NotFound: no such run in this tenant."""
     seq, n = parse_event_id(last_event_id)
-    await repo.get_run(pool, tenant_id, run_id)  # NotFound before anything is sent
-    pos = Position(0, 0)
+    run = await repo.get_run(pool, tenant_id, run_id)  # NotFound before anything is sent
+    pos = Position(run["attempt"])
     for e in await repo.run_events(pool, run_id, after=0):
         if e["seq"] > seq:
             break
-        pos.saw(e)  # the claim's committed text up to the resume point
+        pos.saw(e)  # the attempt's committed text up to the resume point
     pos.seq, pos.n = seq, n
     while True:
         run = await repo.get_run(pool, tenant_id, run_id)  # before the events: none missed
+        pos.claim(run["attempt"])
         for e in await repo.run_events(pool, run_id, after=pos.seq):
             pos.saw(e)
             yield StreamEvent(str(e["seq"]), e["type"], durable(e))
