@@ -15,8 +15,9 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+import asyncpg
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -26,15 +27,14 @@ from starlette.routing import Route
 
 from hango_worker.agent.spec import check_run_params
 from hango_worker.console import api_models as m
-from hango_worker.console.auth import Refused, Who, tenant_of
+from hango_worker.console.api_openapi import document
+from hango_worker.console.auth import Authenticator, Refused, Who, tenant_of
+from hango_worker.console.live import TextHub
 from hango_worker.console.pages import STATUSES
 from hango_worker.store import console_queries, decisions, fork, repo, run_stream
 from hango_worker.store.json_limits import loads_json
 from hango_worker.telemetry.metrics import CONSOLE_DECISIONS, CONSOLE_REQUESTS
 from hango_worker.vocab import Decision
-
-if TYPE_CHECKING:
-    from hango_worker.console.app import Console
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -100,7 +100,7 @@ def _invalid(e: ValidationError) -> str:
 
 
 def api_route(
-    console: Console, route: str, fn: ApiHandler, *, act: bool
+    auth: Authenticator, route: str, fn: ApiHandler, *, act: bool
 ) -> Callable[[Request], Awaitable[Response]]:
     """`fn` for a bearer-token caller with the role the route needs; every refusal a
     problem document with its status code."""
@@ -109,7 +109,7 @@ def api_route(
         try:
             if not request.headers.get("authorization"):
                 raise Refused(401, "send Authorization: Bearer <token>")
-            who = console.auth.identify(request)
+            who = auth.identify(request)
             if act and not who.can_act:
                 raise Refused(403, "this token is read-only; this needs the act role")
             response = await fn(request, who)
@@ -130,9 +130,9 @@ def api_route(
 
 
 class Api:
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self.pool = console.pool
+    def __init__(self, pool: asyncpg.Pool, hub: TextHub) -> None:
+        self.pool = pool
+        self.hub = hub
 
     async def tenant_run(self, request: Request, who: Who) -> tuple[str, str]:
         run_id = request.path_params["run_id"]
@@ -224,7 +224,7 @@ class Api:
     async def _sse(
         self, tenant: str, run_id: str, last: str | None
     ) -> AsyncIterator[ServerSentEvent]:
-        hub = self.console.hub
+        hub = self.hub
         q = await hub.subscribe(run_id)
         try:
             events = run_stream.events(
@@ -255,17 +255,15 @@ def _limit(raw: str | None) -> int:
     return n
 
 
-def routes(console: Console) -> list[Route]:
-    from hango_worker.console.api_openapi import document
-
-    api = Api(console)
+def routes(pool: asyncpg.Pool, auth: Authenticator, hub: TextHub) -> list[Route]:
+    api = Api(pool, hub)
     doc = document()
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(doc, headers={"Cache-Control": "max-age=300"})
 
     def r(path: str, fn: ApiHandler, method: str, act: bool = False) -> Route:
-        return Route(path, api_route(console, path, fn, act=act), methods=[method])
+        return Route(path, api_route(auth, path, fn, act=act), methods=[method])
 
     def decide(action: str) -> ApiHandler:
         async def fn(request: Request, who: Who) -> Response:

@@ -271,7 +271,7 @@ def routes(console: Console) -> list[Route]:
         Route("/static/console.js", _static(LIVE_JS, "text/javascript")),
         Route("/healthz", _static("ok\n", "text/plain")),
         Route("/metrics", _metrics),
-        *api.routes(console),
+        *api.routes(console.pool, console.auth, console.hub),
     ]
 
 
