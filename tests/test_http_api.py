@@ -88,6 +88,11 @@ async def test_an_enqueue_with_an_idempotency_key_twice_makes_one_run(
         run = r.json()
         assert (run["status"], run["input"]["text"], run["priority"]) == ("queued", "hello", 7)
         assert "state_json" not in run
+        # the API takes bearer tokens only: a signed-in browser's cookie is not one
+        assert (await c.post("/login", data={"token": ACT})).status_code == 303
+        is_problem(await c.get(f"/v1/runs/{run_id}"), 401)
+        is_problem(await c.delete(f"/v1/runs/{run_id}", headers=act), 405)
+        is_problem(await c.get("/v1/nothing", headers=act), 404)
     assert await pool.fetchval("SELECT count(*) FROM runs") == 1
 
 
@@ -166,6 +171,12 @@ async def test_the_stream_of_a_finished_run_resumes_after_any_event(
             assert await events(c, run_id, last=str(seqs[k])) == whole[k + 1 :]
         assert await events(c, run_id, last=f"{seqs[1]}.4") == whole[2:]
         is_problem(await c.get(f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": "x"}), 400)
+        forked = await c.post(
+            f"/v1/runs/{run_id}/fork", json={"at_turn": 0, "input": "again"}, headers=bearer(ACT)
+        )
+        assert forked.status_code == 201 and forked.json()["run_id"] != run_id
+        bad = await c.post(f"/v1/runs/{run_id}/fork", json={"at_turn": 9}, headers=bearer(ACT))
+        assert "no turn 9" in is_problem(bad, 400)["detail"]
     client = Client(pool)
     same = [(e.id, e.event, e.data) async for e in client.stream(run_id, str(seqs[0]))]
     assert same == whole[1:]

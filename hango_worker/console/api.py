@@ -23,7 +23,7 @@ from pydantic_core import to_jsonable_python
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from hango_worker.agent.spec import check_run_params
 from hango_worker.console import api_models as m
@@ -52,9 +52,12 @@ TITLES = {
     404: "Not Found",
     409: "Conflict",
     413: "Content Too Large",
+    405: "Method Not Allowed",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
 }
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 ApiHandler = Callable[[Request, Who], Awaitable[Response]]
 
@@ -271,7 +274,7 @@ def routes(pool: asyncpg.Pool, auth: Authenticator, hub: TextHub) -> list[Route]
 
         return fn
 
-    return [
+    known = [
         Route("/v1/openapi.json", openapi),
         r("/v1/runs", api.enqueue, "POST", act=True),
         r("/v1/runs", api.runs, "GET"),
@@ -281,3 +284,11 @@ def routes(pool: asyncpg.Pool, auth: Authenticator, hub: TextHub) -> list[Route]
         r("/v1/runs/{run_id}/fork", api.fork, "POST", act=True),
         *(r(f"/v1/runs/{{run_id}}/{a}", decide(a), "POST", act=True) for a in DECISIONS),
     ]
+
+    async def elsewhere(request: Request) -> Response:
+        """Any other `/v1/` request: 405 for a known path, else 404, as problems."""
+        if any(route.matches(request.scope)[0] == Match.PARTIAL for route in known):
+            return problem(405, f"{request.method} is not allowed on {request.url.path}")
+        return problem(404, f"no endpoint {request.url.path} (see /v1/openapi.json)")
+
+    return [*known, Route("/v1/{rest:path}", elsewhere, methods=list(METHODS))]
