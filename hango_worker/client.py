@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,12 +27,13 @@ from typing import Any
 import asyncpg
 
 from hango_worker.agent.limits import parse_overrides
-from hango_worker.store import db, decisions, fork, repo, tenants
+from hango_worker.store import db, decisions, fork, repo, run_stream, tenants
 from hango_worker.store.json_limits import check_json
-from hango_worker.store.sql import DONE_CHANNEL
+from hango_worker.store.sql import DONE_CHANNEL, TEXT_CHANNEL
 from hango_worker.vocab import FINISHED, Decision, RunStatus
 
 EnqueueResult = repo.Enqueued
+StreamEvent = run_stream.StreamEvent
 
 
 async def enqueue(
@@ -229,6 +231,31 @@ class Client:
     async def history(self, run_id: str) -> list[dict[str, Any]]:
         """The run's turns: index, time, tool calls, whether the state changed."""
         return await fork.history(self.pool, self.tenant_id, run_id)
+
+    async def stream(
+        self, run_id: str, last_event_id: str | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """The run's events, the same stream as the HTTP API's `/v1/runs/{id}/events`
+        (docs/http-api.md): durable events (`id` "<seq>") and live text deltas (`id`
+        "<seq>.<n>", event "text_delta"), after `last_event_id` if given, until the
+        last one, `end` with the run's final status. NotFound: no such run."""
+        q: asyncio.Queue[tuple[int, str]] = asyncio.Queue(1000)
+
+        def on_text(conn: object, pid: int, channel: str, payload: str) -> None:
+            with contextlib.suppress(ValueError, KeyError, TypeError, asyncio.QueueFull):
+                msg = json.loads(payload)
+                if msg["run_id"] == run_id:
+                    q.put_nowait((int(msg["offset"]), str(msg["text"])))
+
+        async with self.pool.acquire() as conn:
+            await conn.add_listener(TEXT_CHANNEL, on_text)
+            try:
+                async for e in run_stream.events(
+                    self.pool, self.tenant_id, run_id, q, last_event_id
+                ):
+                    yield e
+            finally:
+                await conn.remove_listener(TEXT_CHANNEL, on_text)
 
     async def wait(
         self, run_id: str, timeout_s: float = 300.0, poll_s: float = 5.0

@@ -21,7 +21,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from hango_worker.config import Settings
-from hango_worker.console import live, pages, runpage
+from hango_worker.console import api, live, pages, runpage
 from hango_worker.console.auth import COOKIE, Authenticator, Refused, Who, same_origin, tenant_of
 from hango_worker.console.html import LIVE_JS, STYLE, Html, page, render
 from hango_worker.store import console_queries, decisions, repo
@@ -271,6 +271,7 @@ def routes(console: Console) -> list[Route]:
         Route("/static/console.js", _static(LIVE_JS, "text/javascript")),
         Route("/healthz", _static("ok\n", "text/plain")),
         Route("/metrics", _metrics),
+        *api.routes(console.pool, console.auth, console.hub),
     ]
 
 
