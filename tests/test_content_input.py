@@ -306,6 +306,14 @@ async def test_the_cli_attaches_files_by_their_bytes_and_shows_them_without_base
     assert "[image image/png 29.3 KiB sha256 " in shown, shown
     assert "[document 'scan' application/pdf " in shown and "[image image/png 58 B]" in shown
     assert b64(png(0))[:8] not in shown and len(max(shown.split(), key=len)) < 100, shown
+    # --json too: the small inline image by its size, its base64 only with --with-bytes
+    as_json = cli(dsn, "runs", "show", run_id, "--json").stdout
+    small = json.loads(as_json)["transcript"][0]["content"][1]["source"]
+    assert small == {"type": "base64", "media_type": "image/png", "size": 58, "data_omitted": True}
+    small_b64 = blocks[1]["source"]["data"]
+    assert small_b64 not in as_json
+    raw = json.loads(cli(dsn, "runs", "show", run_id, "--json", "--with-bytes").stdout)
+    assert raw["transcript"][0]["content"][1]["source"]["data"] == small_b64
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from hango_worker.cli.output import out
 from hango_worker.cli.show import JsonLines, showable
 from hango_worker.cli.subcommands import Subcommands, command, group
 from hango_worker.config import Settings
+from hango_worker.provider.content import without_bytes
 from hango_worker.render import LiveView, Painter, print_run
 from hango_worker.store import repo
 
@@ -41,6 +42,12 @@ def register(sub: Subcommands) -> None:
         sp = command(rs, verb, fn, h, tenanted=True)
         sp.add_argument("run_id", type=a_uuid("a run id"))
         sp.add_argument("--json", action="store_true")
+        if verb == "show":
+            sp.add_argument(
+                "--with-bytes",
+                action="store_true",
+                help="with --json: attachments' base64 as stored (default: their size only)",
+            )
 
 
 async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
@@ -62,8 +69,8 @@ async def cmd_runs_list(s: Settings, a: argparse.Namespace) -> int:
 async def cmd_runs_show(s: Settings, a: argparse.Namespace) -> int:
     async with pool_for(s) as (_, pool):
         run = await repo.run_details(pool, await tenant_of(pool, a), a.run_id)
-    if a.json:
-        out(run)
+    if a.json:  # attachments by size, never their base64 (unless --with-bytes)
+        out(run if a.with_bytes else without_bytes(run))
         return exits.OK
     shown, problems = showable(run)
     print_run(Painter(), shown)

@@ -231,6 +231,26 @@ def describe(block: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def without_bytes(value: Any) -> Any:
+    """`value` (a message's content, a run's record) with every inline base64 `data` of a
+    block's source replaced by its size (`size`, bytes) and `data_omitted: true`: what
+    `runs show --json` prints, so a transcript never carries an attachment's bytes to a
+    terminal. The stored content is not changed; `--with-bytes` prints it as stored."""
+    if isinstance(value, list):
+        return [without_bytes(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: without_bytes(v) for k, v in value.items()}
+    source = value.get("source")
+    if isinstance(source, dict) and source.get("type") == "base64" and "data" in source:
+        data = source["data"]
+        trimmed = {k: v for k, v in source.items() if k != "data"}
+        if isinstance(data, str):
+            trimmed["size"] = len(data) * 3 // 4 - data[-2:].count("=")
+        out["source"] = {**trimmed, "data_omitted": True}
+    return out
+
+
 def _size(n: int) -> str:
     for unit in ("B", "KiB", "MiB"):
         if n < 1024 or unit == "MiB":
