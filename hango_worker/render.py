@@ -7,6 +7,7 @@ import re
 import sys
 from typing import Any, TextIO
 
+from hango_worker.provider.content import BLOB_KEY as BLOB_KEY
 from hango_worker.provider.content import describe, result_text
 from hango_worker.provider.sanitize import clean_text
 

@@ -5,7 +5,10 @@ authentication, roles, CSRF, tenant scoping, decisions, live text, the runs quer
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
+import re
 from typing import Any
 
 import asyncpg
@@ -400,3 +403,41 @@ async def test_an_action_from_another_site_is_refused_by_either_header(
         own = {"Sec-Fetch-Site": "none", "Origin": url.rstrip("/")}
         assert (await c.post(act, data=form, headers=own)).status_code == 303
     assert (await _state(pool, run_id))[2] == 1
+
+
+async def test_image_attachments_show_as_thumbnails_of_their_own_bytes(
+    pool: asyncpg.Pool, dsn: str
+) -> None:
+    """An inline image and one stored once by reference (docs/inputs-and-outputs.md): the
+    run page links each as a thumbnail; the link serves its exact bytes with its media
+    type, to this tenant only; anything else there is a 404."""
+    small = b"\x89PNG\r\n\x1a\n" + os.urandom(64)
+    large = b"\x89PNG\r\n\x1a\n" + os.urandom(40_000)  # above the store-once threshold
+    blocks = [
+        {"type": "text", "text": "Look."},
+        *({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+           "data": base64.b64encode(b).decode()}} for b in (small, large)),
+    ]  # fmt: skip
+    await make_agent(pool)
+    ids = await repo.enqueue_run(
+        pool, tenant_id=repo.DEFAULT_TENANT_ID, agent="agent", input_text="", content=blocks
+    )
+    run_id = ids.run_id
+    await run_until_idle(dsn, scripted({"text": "two images"}))
+    stored = await pool.fetchval(
+        "SELECT content::text FROM messages WHERE run_id = $1 AND seq = 1", run_id
+    )
+    assert "hango_blob" in stored  # the large one is a reference, its bytes in blobs
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url, headers=bearer(READ)) as c:
+        page = (await c.get(f"/runs/{run_id}")).text
+        srcs = re.findall(r'<img src="([^"]+)"', page)
+        assert srcs == [f"/runs/{run_id}/images/1/1", f"/runs/{run_id}/images/1/2"]
+        for src, want in zip(srcs, (small, large), strict=True):
+            r = await c.get(src)
+            assert (r.status_code, r.content) == (200, want)
+            assert r.headers["content-type"] == "image/png"
+            assert r.headers["x-content-type-options"] == "nosniff"
+        for bad in ("1/0", "1/9", "1/1.0", "2/0", "1/x"):
+            assert (await c.get(f"/runs/{run_id}/images/{bad}")).status_code == 404, bad
+    async with console(dsn) as url, httpx.AsyncClient(base_url=url, headers=bearer(OTHER)) as c:
+        assert (await c.get(srcs[1])).status_code == 404  # another tenant's: no such run

@@ -21,7 +21,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from hango_worker.config import Settings
-from hango_worker.console import api, live, pages, runpage
+from hango_worker.console import api, images, live, pages, runpage
 from hango_worker.console.auth import COOKIE, Authenticator, Refused, Who, same_origin, tenant_of
 from hango_worker.console.html import LIVE_JS, STYLE, Html, page, render
 from hango_worker.store import console_queries, decisions, repo
@@ -109,6 +109,17 @@ class Console:
             notice=notice,
         )
         return self.html(f"Run {run_id}", body, who)
+
+    async def image(self, request: Request, who: Who) -> Response:
+        """An image block's bytes, for the run page's thumbnails (console/images.py)."""
+        run_id = request.path_params["run_id"]
+        tenant = await console_queries.tenant_of_run(self.pool, who.tenants, run_id)
+        seq, where = request.path_params["seq"], request.path_params["where"]
+        found = await images.image(self.pool, tenant, run_id, seq, where)
+        if found is None:
+            raise Refused(404, f"no image at {seq}/{where} in run {run_id}")
+        data, media_type = found
+        return Response(data, media_type=media_type, headers=images.HEADERS)
 
     async def live(self, request: Request, who: Who) -> Response:
         run_id = request.path_params["run_id"]
@@ -260,6 +271,10 @@ def routes(console: Console) -> list[Route]:
         Route("/waiting", guarded(g, "/waiting", g.waiting)),
         Route("/runs/{run_id}", guarded(g, "/runs/{id}", g.run)),
         Route("/runs/{run_id}/live", guarded(g, "/runs/{id}/live", g.live)),
+        Route(
+            "/runs/{run_id}/images/{seq:int}/{where}",
+            guarded(g, "/runs/{id}/images", g.image),
+        ),
         Route(
             "/runs/{run_id}/{action}",
             guarded(g, "/runs/{id}/action", g.act),

@@ -61,6 +61,8 @@ section { background: #fff; border: 1px solid #e3e6ea; margin: 12px 0; padding: 
 .text, pre { white-space: pre-wrap; word-break: break-word; margin: 2px 0; }
 pre { background: #f3f4f6; padding: 4px 6px; font: 12px/1.4 ui-monospace, monospace; }
 .call { color: #8a4b00; } .result.error { color: #cf222e; } .muted { color: #777; }
+.thumb { margin: .3em 0; }
+.thumb img { max-width: 240px; max-height: 240px; border: 1px solid #ddd; }
 #live { max-height: 420px; overflow: auto; background: #111827; color: #e5e7eb; }
 form.inline { display: inline-block; margin-right: 12px; vertical-align: top; }
 textarea { width: 420px; height: 70px; } .err { color: #cf222e; font-weight: 600; }

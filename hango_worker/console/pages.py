@@ -7,9 +7,11 @@ todos that are not todos) is shown as a marker, never a server error.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from hango_worker.console.html import Html, href, join, render, status_span
+from hango_worker.console.images import image_path
 from hango_worker.render import ATTACHMENTS, attachment, attachments_text, usage_line
 from hango_worker.vocab import RunStatus
 
@@ -114,7 +116,32 @@ def _result_text(content: Any) -> str:
     return _dumps(content)
 
 
-def block(b: Any) -> Html:
+def thumb(b: dict[str, Any], src: str | None) -> Html:
+    """An image block as a thumbnail of its bytes (console/images.py), with its line."""
+    if src is None:
+        return render('<div class="muted">[{k}]</div>', k=attachment(b))
+    return render(
+        '<figure class="thumb"><a href="{src}"><img src="{src}" alt="{k}" loading="lazy"></a>'
+        '<figcaption class="muted">[{k}]</figcaption></figure>',
+        src=src,
+        k=attachment(b),
+    )
+
+
+def _result_images(b: dict[str, Any], src: Callable[[str], str] | None, i: int) -> Html:
+    content = b.get("content")
+    if src is None or not isinstance(content, list):
+        return Html("")
+    return join(
+        thumb(c, src(f"{i}.{j}"))
+        for j, c in enumerate(content)
+        if isinstance(c, dict) and c.get("type") == "image"
+    )
+
+
+def block(b: Any, src: Callable[[str], str] | None = None, i: int = 0) -> Html:
+    """One content block; `src(where)`: the URL of an image block's bytes, by its place
+    in the message (`i`, or `i.j` inside a tool result)."""
     if not isinstance(b, dict):
         return render('<div class="err">[malformed block: {t}]</div>', t=type(b).__name__)
     kind = b.get("type")
@@ -131,11 +158,13 @@ def block(b: Any) -> Html:
     if kind == "tool_result":
         cls = "result error" if b.get("is_error") else "result"
         return render(
-            '<div class="{cls}">{mark} <span class="muted">{id}</span><pre>{content}</pre></div>',
+            '<div class="{cls}">{mark} <span class="muted">{id}</span><pre>{content}</pre>'
+            "{images}</div>",
             cls=cls,
             mark="✗" if b.get("is_error") else "←",
             id=b.get("tool_use_id"),
             content=_result_text(b.get("content", "")),
+            images=_result_images(b, src, i),
         )
     if kind == "thinking":
         return render(
@@ -143,16 +172,26 @@ def block(b: Any) -> Html:
             "</details>",
             t=b.get("thinking", ""),
         )
+    if kind == "image":  # a thumbnail of its bytes, served on their own (never inline)
+        return thumb(b, src(str(i)) if src is not None else None)
     if kind in ATTACHMENTS:  # by name, media type and size: never the bytes
         return render('<div class="muted">[{k}]</div>', k=attachment(b))
     return render('<div class="muted">[{k}]</div>', k=kind)
 
 
-def transcript(messages: list[dict[str, Any]]) -> Html:
+def transcript(messages: list[dict[str, Any]], run_id: str | None = None) -> Html:
+    """The messages; with `run_id`, image blocks as thumbnails (console/images.py)."""
+
     def one(m: dict[str, Any]) -> Html:
         content = m.get("content")
+        seq = m.get("seq")
+        src = (
+            (lambda where: image_path(run_id, seq, where))
+            if run_id is not None and isinstance(seq, int)
+            else None
+        )
         blocks = (
-            join(block(b) for b in content)
+            join(block(b, src, i) for i, b in enumerate(content))
             if isinstance(content, list)
             else render('<div class="err">[malformed message: {t}]</div>',
                         t=type(content).__name__)

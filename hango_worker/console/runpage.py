@@ -165,7 +165,7 @@ def run_page(
             live_pane(run),
             render(
                 '<section id="transcript"><h2>Transcript</h2>{t}</section>',
-                t=pages.transcript(run.get("transcript") or []),
+                t=pages.transcript(run.get("transcript") or [], run_id=run["id"]),
             ),
             pages.todos(run.get("state_json")),
             pages.attempts_table(attempts),

@@ -132,3 +132,29 @@ async def tenant_of_run(pool: asyncpg.Pool, tenants: tuple[str, ...], run_id: st
 async def attempts(pool: asyncpg.Pool, run_id: str) -> list[dict[str, Any]]:
     """Each attempt of the run: who ran it, when it started, how it ended."""
     return [dict(r) for r in await pool.fetch(ATTEMPTS, run_id)]
+
+
+# One message of a run (its content as stored), for the image an attachment link names.
+MESSAGE_CONTENT = """
+SELECT m.content::text AS content FROM messages m JOIN runs r ON r.session_id = m.session_id
+WHERE r.id = $1 AND m.seq = $2
+"""
+
+# A stored block's bytes (blobs), by its tenant and sha256.
+BLOB_BYTES = "SELECT media_type, data FROM blobs WHERE tenant_id = $1::uuid AND sha256 = $2"
+
+
+async def message_content(pool: asyncpg.Pool, run_id: str, seq: int) -> str | None:
+    """The content (JSON text) of message `seq` of the run's session, or None."""
+    v = await pool.fetchval(MESSAGE_CONTENT, run_id, seq)
+    return None if v is None else str(v)
+
+
+async def blob_bytes(pool: asyncpg.Pool, tenant_id: str, sha256_hex: str) -> bytes | None:
+    """The bytes of the tenant's stored block `sha256_hex`, or None."""
+    try:
+        key = bytes.fromhex(sha256_hex)
+    except ValueError:
+        return None
+    row = await pool.fetchrow(BLOB_BYTES, tenant_id, key)
+    return None if row is None else bytes(row["data"])
