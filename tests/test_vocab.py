@@ -19,6 +19,7 @@ SQL_MODULES = [
     PKG / "store" / n
     for n in (
         "sql.py",
+        "sql_checkpoint.py",
         "sql_claim.py",
         "repo.py",
         "gc.py",
@@ -33,9 +34,9 @@ ERROR_WORDS = {str(e) for e in vocab.ErrorType}
 
 def _status_words_in_sql(text: str) -> set[str]:
     found: set[str] = set()
-    for m in re.finditer(r"status\s*(?:=|<>|!=)\s*'(\w+)'", text):
+    for m in re.finditer(r"status(?:::\w+)?\s*(?:=|<>|!=)\s*'(\w+)'", text):
         found.add(m.group(1))
-    for m in re.finditer(r"status\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", text):
+    for m in re.finditer(r"status(?:::\w+)?\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", text):
         found |= set(re.findall(r"'(\w+)'", m.group(1)))
     for m in re.finditer(r"status\s*=\s*CASE(.*?)END", text, re.S):
         found |= set(re.findall(r"(?:THEN|ELSE)\s+'(\w+)'", m.group(1)))
