@@ -24,6 +24,7 @@ from hango_worker.cli import (
     history,
     memory,
     migrating,
+    purge,
     ratelimits,
     replay,
     runs,
@@ -40,7 +41,8 @@ EXIT_CODES = (
 )
 
 # `runs`' verbs: runs.py (list, show, watch, cancel, resume), then decide.py, fork.py,
-# history.py and files.py add theirs to the same group (runs.verbs).
+# history.py and files.py add theirs to the same group (runs.verbs); purge.py adds
+# `runs purge` and `tenants purge` after `tenants`' own verbs.
 COMMANDS = (
     worker,
     migrating,
@@ -58,6 +60,7 @@ COMMANDS = (
     ratelimits,
     budgets,
     tenants,
+    purge,
     console,
     gc,
 )
