@@ -45,6 +45,7 @@ TREE: dict[str, list[str]] = {
     "tenants": ["create", "list", "set", "purge"],
     "console": [],
     "gc": [],
+    "retention": ["set", "show", "rm"],
 }
 
 

@@ -117,7 +117,9 @@ async def _tenant(pool: asyncpg.Pool, name: str) -> Tenant:
                    size, run_id) VALUES ($1, $2, 'agent', '', '/a.md', 'a', 1, $4),
                    ($1, $2, 'session', $3, '/s.md', 's', 1, $4) RETURNING 1),
         k AS (INSERT INTO skills (tenant_id, name, version, description, body)
-              VALUES ($1, 'sk', 1, 'd', 'b') RETURNING 1)
+              VALUES ($1, 'sk', 1, 'd', 'b') RETURNING 1),
+        p AS (INSERT INTO retention (tenant_id, agent_id, runs_s)
+              VALUES ($1, NULL, 86400), ($1, $2, 3600) RETURNING 1)
         INSERT INTO budgets (tenant_id, agent_id, period, limit_usd, window_start)
         VALUES ($1, NULL, 'day', 5, now()), ($1, $2, 'month', 9, now())
         """,

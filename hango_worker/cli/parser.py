@@ -27,6 +27,7 @@ from hango_worker.cli import (
     purge,
     ratelimits,
     replay,
+    retention,
     runs,
     skills,
     tenants,
@@ -63,6 +64,7 @@ COMMANDS = (
     purge,
     console,
     gc,
+    retention,
 )
 
 

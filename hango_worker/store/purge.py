@@ -11,7 +11,7 @@
   other runs is refused (its history is the session's: purge the session instead).
 - A session: every run of the session and their descendants, as above.
 - A tenant: every run, session, memory, skill, budget, agent, blob and Files API
-  id of the tenant, then the tenant itself.
+  id and retention policy of the tenant, then the tenant itself.
 
 What is never touched: a run that is not finished (queued, running or waiting) —
 the purge is refused (`Conflict`) before anything is deleted; cancel such runs
@@ -54,7 +54,7 @@ RUN_TABLES = (
 )
 # Tables keyed by tenant_id, in the order a tenant's purge empties them (after its
 # runs and sessions): each one's foreign keys point only at tables emptied later.
-TENANT_TABLES = ("memories", "skills", "budgets", "blob_files", "blobs", "agents")
+TENANT_TABLES = ("memories", "skills", "budgets", "retention", "blob_files", "blobs", "agents")
 # Every table a tenant's purge empties, for the catalog-driven test.
 PURGED_TABLES = (*RUN_TABLES, "run_blobs", "runs", "sessions", *TENANT_TABLES, "tenants")
 
