@@ -264,9 +264,10 @@ async def purge_tenant(
     _refuse_active(await pool.fetch(TENANT_ACTIVE_RUNS, tenant_id), "the tenant")
     runs = [r[0] for r in await pool.fetch(TENANT_RUNS, tenant_id)]
     await _purge_runs(pool, runs, batch_size, out)
-    for table in ("sessions", *TENANT_TABLES):
-        out.add(table, await _repeat(pool, DELETE_TENANT_ROWS[table], tenant_id, batch_size))
     try:
+        for table in ("sessions", *TENANT_TABLES):
+            n = await _repeat(pool, DELETE_TENANT_ROWS[table], tenant_id, batch_size)
+            out.add(table, n)
         out.add("tenants", _count(await pool.execute(DELETE_TENANT, tenant_id)))
     except asyncpg.ForeignKeyViolationError:
         raise Conflict(

@@ -147,6 +147,7 @@ WHERE EXISTS (SELECT 1 FROM runs r WHERE r.session_id = s.id)
   AND NOT EXISTS (
     SELECT 1 FROM runs o JOIN pol op ON op.agent_id = o.agent_id
     WHERE o.session_id = s.id AND {_BLOCKED})
+  AND s.id > $2::uuid
 ORDER BY s.id LIMIT $1
 """
 LOCK_SESSIONS = "SELECT id FROM sessions WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE"
@@ -264,16 +265,18 @@ async def enforce(pool: asyncpg.Pool, *, batch_size: int = 500) -> RetentionResu
 
 
 async def _old_sessions(pool: asyncpg.Pool, batch: int, out: RetentionResult) -> None:
-    """Whole sessions past their runs' retention, a few at a time (one transaction each)."""
+    """Whole sessions past their runs' retention, a few at a time (one transaction each),
+    in one keyset pass over the sessions (one kept on re-check is not tried again)."""
     per_batch = max(1, batch // 50)  # a session holds tens of rows, or more
-    seen: set[str] = set()
+    after = "00000000-0000-0000-0000-000000000000"
     while True:
-        rows = await pool.fetch(OLD_SESSIONS, per_batch + len(seen))
-        fresh = [r[0] for r in rows if r[0] not in seen]
-        if not fresh:
+        found = [r[0] for r in await pool.fetch(OLD_SESSIONS, per_batch, after)]
+        if not found:
             return
-        seen.update(fresh)  # a session kept on re-check is not tried again this pass
-        await _delete_sessions(pool, fresh, out)
+        after = found[-1]
+        await _delete_sessions(pool, found, out)
+        if len(found) < per_batch:
+            return
 
 
 async def _orphan_sessions(pool: asyncpg.Pool, batch: int, out: RetentionResult) -> None:
