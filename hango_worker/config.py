@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     repeat_call_threshold: int = Field(default=3, ge=2, le=1000)
     lease_s: float = Field(default=30.0, ge=1, le=3600, description="run lease length")
     max_attempts: int = Field(default=5, ge=1, le=100)
+    # how often a worker tries a retention pass (store/retention.py; one worker at a time
+    # runs it, the others skip); 0 disables enforcement on this worker
+    retention_interval_s: float = Field(
+        default=300.0, ge=0, le=86_400, description="retention pass interval (0: off)"
+    )
     # Derived from the default tool timeout (tool/types.py DEFAULT_TOOL_TIMEOUT_S, 60 s)
     # plus 5 s: a deploy lets a tool call in flight finish and checkpoint before the runs
     # are handed back (docs/operations.md, "Crashes, deploys and what happens to runs").

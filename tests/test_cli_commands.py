@@ -35,15 +35,17 @@ TREE: dict[str, list[str]] = {
         "history",
         "files",
         "file",
+        "purge",
     ],
     "replay": [],
     "memory": ["ls", "show", "rm"],
     "skills": ["add", "list", "show"],
     "ratelimits": ["set", "list", "rm"],
     "budgets": ["set", "show", "rm"],
-    "tenants": ["create", "list", "set"],
+    "tenants": ["create", "list", "set", "purge"],
     "console": [],
     "gc": [],
+    "retention": ["set", "show", "rm"],
 }
 
 

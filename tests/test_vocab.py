@@ -26,6 +26,8 @@ SQL_MODULES = [
         "schema.py",
         "tenants.py",
         "ratelimits.py",
+        "purge.py",
+        "retention.py",
     )
 ]
 STATUS_WORDS = {str(s) for s in vocab.RunStatus} | {vocab.RELEASED}

@@ -24,8 +24,10 @@ from hango_worker.cli import (
     history,
     memory,
     migrating,
+    purge,
     ratelimits,
     replay,
+    retention,
     runs,
     skills,
     tenants,
@@ -40,7 +42,8 @@ EXIT_CODES = (
 )
 
 # `runs`' verbs: runs.py (list, show, watch, cancel, resume), then decide.py, fork.py,
-# history.py and files.py add theirs to the same group (runs.verbs).
+# history.py and files.py add theirs to the same group (runs.verbs); purge.py adds
+# `runs purge` and `tenants purge` after `tenants`' own verbs.
 COMMANDS = (
     worker,
     migrating,
@@ -58,8 +61,10 @@ COMMANDS = (
     ratelimits,
     budgets,
     tenants,
+    purge,
     console,
     gc,
+    retention,
 )
 
 

@@ -25,6 +25,7 @@ from hango_worker.run.execute import RunDeps, execute, fail_run, run_control
 from hango_worker.run.group import GroupCommit
 from hango_worker.run.io import CONNECTION_ERRORS, discard_connections
 from hango_worker.run.listener import Listener
+from hango_worker.run.retention import retention_loop
 from hango_worker.run.schema_gate import SchemaGate, schema_mismatch
 from hango_worker.run.stream import TextPublisher
 from hango_worker.run.sweep import sweep
@@ -102,6 +103,10 @@ class Worker:
         self._background = [
             asyncio.create_task(self._heartbeat_loop(), name="hango-heartbeat"),
             asyncio.create_task(self._sweep_loop(), name="hango-sweep"),
+            asyncio.create_task(
+                retention_loop(self.deps.pool, self.settings.retention_interval_s, self.gate),
+                name="hango-retention",
+            ),
         ]
         log.info("worker started", extra={"worker_id": self.worker_id})
         try:

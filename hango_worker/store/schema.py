@@ -446,3 +446,32 @@ blob_files = Table(
         ondelete="CASCADE",
     ),
 )
+
+# Retention policies (migration 0020, store/retention.py): the fleet default (tenant_id
+# and agent_id NULL), a tenant's, or an agent's override. Durations in seconds; NULL
+# falls through to the wider scope, and NULL everywhere keeps that kind forever.
+_ZERO = "'00000000-0000-0000-0000-000000000000'::uuid"
+RETENTION_KINDS = ("runs", "events", "files", "sessions", "memories")
+
+retention = Table(
+    "retention",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=False), ForeignKey("tenants.id", ondelete="CASCADE")),
+    Column("agent_id", UUID(as_uuid=False), ForeignKey("agents.id", ondelete="CASCADE")),
+    *(Column(f"{k}_s", BigInteger) for k in RETENTION_KINDS),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint(
+        " AND ".join(f"({k}_s IS NULL OR {k}_s >= 0)" for k in RETENTION_KINDS),
+        name="retention_durations_check",
+    ),
+    CheckConstraint(
+        "agent_id IS NULL OR tenant_id IS NOT NULL", name="retention_agent_tenant_check"
+    ),
+    Index(
+        "retention_scope_idx",
+        text(f"coalesce(tenant_id, {_ZERO})"),
+        text(f"coalesce(agent_id, {_ZERO})"),
+        unique=True,
+    ),
+)

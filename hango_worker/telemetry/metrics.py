@@ -142,6 +142,15 @@ RUNS_HANDED_BACK = Counter(
     "Runs a stopping worker cancelled mid-turn (past the shutdown grace) and handed back "
     "to the queue at once instead of letting their lease expire.",
 )
+RETENTION_ROWS_REMOVED = Counter(
+    "hango_retention_rows_removed_total",
+    "Rows the retention passes of this worker deleted, by table.",
+    ["table"],
+)
+RETENTION_OLDEST_RUN = Gauge(
+    "hango_retention_oldest_run_seconds",
+    "Age of the oldest finished run kept, after this worker's last retention pass.",
+)
 QUEUE_DEPTH = Gauge("hango_queue_depth", "Runs waiting in status queued.")
 QUEUE_CLAIMABLE = Gauge(
     "hango_queue_claimable",
