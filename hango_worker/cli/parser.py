@@ -18,6 +18,7 @@ from hango_worker.cli import (
     demo,
     enqueue,
     exits,
+    export,
     files,
     fork,
     gc,
@@ -40,7 +41,7 @@ EXIT_CODES = (
 )
 
 # `runs`' verbs: runs.py (list, show, watch, cancel, resume), then decide.py, fork.py,
-# history.py and files.py add theirs to the same group (runs.verbs).
+# history.py, files.py and export.py add theirs to the same group (runs.verbs).
 COMMANDS = (
     worker,
     migrating,
@@ -52,6 +53,7 @@ COMMANDS = (
     fork,
     history,
     files,
+    export,
     replay,
     memory,
     skills,

@@ -308,9 +308,9 @@ async def run_agent(
     the attempt and closed after it, as the worker does (agent/assemble.py attempt_mcp)."""
     state = state or make_state(agent)
     agent = for_run(agent, state.tenant_id, params)
-    registry = Registry(
-        [*Registry.default(load_entry_points=False).view(["current_time", "calculator"]), *tools]
-    )
+    given = {t.name for t in tools}  # a tool given replaces the built-in of its name
+    builtins = [n for n in ("current_time", "calculator") if n not in given]
+    registry = Registry([*Registry.default(load_entry_points=False).view(builtins), *tools])
     io = io or MemoryRunIO()
     io.control.retry_base_s = 0.01
     run = _run_parts(agent, state, io, limits, memory, memory_key, decisions, skills)
