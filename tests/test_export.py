@@ -21,9 +21,10 @@ from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.store import db
 from hango_worker.testing import FakeAnthropic, load_export, run_agent
 from tests.conftest import fresh_database
-from tests.helpers import recording_tool
+from tests.helpers import call, recording_tool, scripted
 from tests.test_cli import cli
 from tests.test_replay import do_replay, record, snapshot, turns
+from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
 
 # the tools installed where the run is exported: the worker's echo, as a tool module
 ECHO = recording_tool()[0]
@@ -205,3 +206,43 @@ async def test_redaction_leaves_no_match_in_the_file(
     assert json.loads(cli(other, "runs", "show", ids["run_id"], "--json").stdout)["status"]
     bad = cli(dsn, "runs", "export", run_id, "--redact", "(", ok=False)
     assert bad.returncode == 2 and "not a regular expression" in bad.stderr
+
+
+# -- a run with history before it ----------------------------------------------------
+
+
+async def test_a_run_with_history_before_it_exports_replays_and_imports(
+    pool: asyncpg.Pool, dsn: str, other: str, tmp_path: Path
+) -> None:
+    """The second run of a session: its file starts from the first run's messages, the
+    script's first turn is a placeholder, and imported, the run starts where it did."""
+    await make_agent(pool, tools=["calculator"])
+    script = [
+        {"text": "Hello."},
+        {"tool_calls": [call("calculator", expression="6*7")]},
+        {"text": "It is 42."},
+    ]
+    first = await enqueue(pool, "hi")
+    await run_until_idle(dsn, scripted(*script))
+    session = (await details(pool, first))["session_id"]
+    second = await enqueue(pool, "what is 6*7?", session_id=session)
+    await run_until_idle(dsn, scripted(*script))
+    assert (await details(pool, second))["status"] == "succeeded"
+    path = tmp_path / "second.json"
+    cli(dsn, "runs", "export", second, "--output", str(path))
+    run = load_export(path)
+    assert [m.text() for m in run.state().messages] == ["hi", "Hello.", "what is 6*7?"]
+    outcome, state, _ = await run_agent(
+        run.agent(), ScriptedProvider(run.script()), tools=run.tools(), state=run.state()
+    )
+    assert outcome.status == "succeeded" and state.messages[-1].text() == "It is 42."
+    assert transcript(state.messages) == run.transcript
+    ids = json.loads(cli(other, "runs", "import", str(path), "--json").stdout)
+    other_pool = await db.create_pool(other, min_size=1, max_size=4)
+    try:
+        report = await do_replay(other_pool, other, ids["run_id"])
+        assert report.identical and report.requests == 2, report.divergence
+        runs = await other_pool.fetchval("SELECT count(*) FROM runs")
+        assert runs == 2  # the run, and the history before it as a run of its own
+    finally:
+        await other_pool.close()
