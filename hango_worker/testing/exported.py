@@ -24,14 +24,12 @@ the fingerprint recorded for it (as `hango-worker replay` does).
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hango_worker.agent.assemble import for_run
 from hango_worker.agent.limits import RunOverrides
 from hango_worker.agent.middlewares.allowlist import PROVIDED_TOOLS
 from hango_worker.agent.middlewares.output import TOOL_NAME as FINAL_ANSWER
@@ -110,14 +108,14 @@ class ExportedRun:
         for payload in self.recording.model_messages:
             content = payload["message"]["content"]
             calls = [b for b in content if b.get("type") == "tool_use"]
+            own = [{"name": b["name"], "input": b["input"], "id": b["id"]} for b in calls]
             turns.append(
                 {
                     "blocks": [b for b in content if b.get("type") != "tool_use"],
-                    "tool_calls": [{"name": b["name"], "input": b["input"], "id": b["id"]}
-                                   for b in calls],
+                    "tool_calls": own,
                     "stop_reason": payload.get("stop_reason"),
                 }
-            )  # fmt: skip
+            )
         return turns
 
     def provider(self) -> ReplayProvider:
@@ -175,13 +173,6 @@ class ExportedRun:
             if m["role"] == "assistant":
                 return _message(m).text()
         return ""
-
-    def agent_for_run(self) -> AgentSpec:
-        """The agent as the run sent it (its params laid over, the tenant's user id)."""
-        return for_run(self.agent(), self.tenant_id, self.params)
-
-    def dump(self) -> str:
-        return json.dumps(self.doc)
 
 
 def _message(row: dict[str, Any]) -> Message:

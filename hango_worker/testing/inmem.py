@@ -302,7 +302,8 @@ async def run_agent(
     HANGO_CAPTURE_CONTENT (the agent's config and `limits` still win, as in production);
     `limits`: a producer's per-run limits (`runs.input.limits`); `params`: the run's
     Messages API parameters (`runs.input.params`); `decisions`: a person's decisions for
-    a run resumed after waiting (with `info.not_started`). `stack=None` → the agent's
+    a run resumed after waiting (with `info.not_started`). `tools`: besides the built-ins
+    current_time and calculator; one of the same name replaces it. `stack=None` → the agent's
     default stack (an agent listing the memory tool gets `memory`, or a fresh in-memory
     store); a list replaces only the middlewares. The agent's `mcp_servers` are opened for
     the attempt and closed after it, as the worker does (agent/assemble.py attempt_mcp)."""
