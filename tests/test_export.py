@@ -246,3 +246,16 @@ async def test_a_run_with_history_before_it_exports_replays_and_imports(
         assert runs == 2  # the run, and the history before it as a run of its own
     finally:
         await other_pool.close()
+
+
+async def test_a_run_exported_before_it_finished_imports_cancelled(
+    pool: asyncpg.Pool, dsn: str, other: str, tmp_path: Path
+) -> None:
+    await make_agent(pool, tools=[])
+    queued = await enqueue(pool, "not yet")
+    path = tmp_path / "queued.json"
+    cli(dsn, "runs", "export", queued, "--output", str(path))
+    assert read(path)["run"]["status"] == "queued"
+    ids = json.loads(cli(other, "runs", "import", str(path), "--json").stdout)
+    shown = json.loads(cli(other, "runs", "show", ids["run_id"], "--json").stdout)
+    assert shown["status"] == "cancelled" and "exported while queued" in json.dumps(shown)

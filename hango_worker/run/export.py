@@ -25,6 +25,7 @@ import asyncpg
 from hango_worker.store.replay import Recording, recording
 from hango_worker.store.run_export import Imported, extras, write_import
 from hango_worker.tool.registry import Registry
+from hango_worker.vocab import FINISHED, RunStatus
 
 FORMAT = "hango-run/1"
 REDACTED = "[redacted]"
@@ -183,7 +184,8 @@ def _tool_names(messages: list[dict[str, Any]]) -> dict[str, str]:
 async def import_run(pool: asyncpg.Pool, tenant_id: str, doc: dict[str, Any]) -> dict[str, str]:
     """Write an export into this database as a finished run of agent `<name>-imported`
     (created, or reused when the tenant has it), in a new session: {run_id, session_id,
-    agent_id, agent}."""
+    agent_id, agent}. A run exported before it finished is imported cancelled (no
+    worker claims an imported run)."""
     check(doc)
     names = _tool_names(doc["messages"])
     run = doc["run"]
@@ -195,7 +197,7 @@ async def import_run(pool: asyncpg.Pool, tenant_id: str, doc: dict[str, Any]) ->
         ]
         imp = Imported(
             agent={k: doc["agent"][k] for k in AGENT_KEYS},
-            run={**run, "input": run_input},
+            run={**run, **_finished(run), "input": run_input},
             messages=doc["messages"],
             events=doc["events"],
             tool_results={
@@ -224,3 +226,12 @@ def _keep_user_id(doc: dict[str, Any], tenant_id: str) -> Any:
         return run_input
     params = {**params, "metadata": {**run_meta, "user_id": source}}
     return {**run_input, "params": params}
+
+
+def _finished(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's status and error as imported: its own when it had finished."""
+    status = run.get("status")
+    if status in FINISHED:
+        return {}
+    why = f"imported: exported while {status}"
+    return {"status": RunStatus.CANCELLED, "error": {"type": "imported", "message": why}}
