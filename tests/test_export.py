@@ -7,6 +7,7 @@ with `--redact`, which leaves no match in the file."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from hango_worker.client import Client
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.provider.scripted import ScriptedProvider
 from hango_worker.store import db
@@ -23,6 +25,7 @@ from hango_worker.testing import FakeAnthropic, load_export, run_agent
 from tests.conftest import fresh_database
 from tests.helpers import call, recording_tool, scripted
 from tests.test_cli import cli
+from tests.test_content_input import image, png
 from tests.test_replay import do_replay, record, snapshot, turns
 from tests.worker_helpers import details, enqueue, make_agent, run_until_idle
 
@@ -259,3 +262,36 @@ async def test_a_run_exported_before_it_finished_imports_cancelled(
     ids = json.loads(cli(other, "runs", "import", str(path), "--json").stdout)
     shown = json.loads(cli(other, "runs", "show", ids["run_id"], "--json").stdout)
     assert shown["status"] == "cancelled" and "exported while queued" in json.dumps(shown)
+
+
+async def test_stored_blocks_travel_in_the_file_and_are_stored_again_on_import(
+    pool: asyncpg.Pool, dsn: str, other: str, tmp_path: Path
+) -> None:
+    """An image given as input is stored once (blobs): the file carries its bytes, the
+    fixture sends them, and an import stores them again, so replay there reads them."""
+    picture = png()
+    await make_agent(pool, tools=[])
+    r = await Client(pool).enqueue("agent", "look", content=[image(picture)])
+    await run_until_idle(dsn, scripted({"text": "A picture."}))
+    assert (await details(pool, r.run_id))["status"] == "succeeded"
+    path = tmp_path / "image.json"
+    cli(dsn, "runs", "export", r.run_id, "--output", str(path))
+    doc = read(path)
+    stored = doc["messages"][0]["content"][0]["source"]
+    assert "hango_blob" in stored and "data" not in stored  # the history as stored
+    assert [base64.b64decode(b["data"]) for b in doc["blobs"].values()] == [picture]
+    run = load_export(path)
+    sent = run.state().messages[0].to_dict()
+    assert sent["content"][0]["source"]["data"] == base64.b64encode(picture).decode()
+    strict = run.provider()
+    outcome, _, _ = await run_agent(run.agent(), strict, state=run.state())
+    assert outcome.status == "succeeded" and strict.divergence is None
+    ids = json.loads(cli(other, "runs", "import", str(path), "--json").stdout)
+    other_pool = await db.create_pool(other, min_size=1, max_size=4)
+    try:
+        report = await do_replay(other_pool, other, ids["run_id"])
+        assert report.identical, report.divergence
+        data = await other_pool.fetchval("SELECT data FROM blobs")
+        assert bytes(data) == picture
+    finally:
+        await other_pool.close()

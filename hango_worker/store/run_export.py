@@ -72,15 +72,17 @@ INSERT INTO tool_calls (run_id, tool_use_id, name, result, attempt)
 SELECT $1, x.id, x.name, x.result::jsonb, 1
 FROM unnest($2::text[], $3::text[], $4::text[]) AS x(id, name, result)
 """
+# the blobs first: a run's input may refer to them (the trigger runs_ref_blobs refers the
+# run to them: migration 0016_content_blobs)
 NEW_BLOBS = """
-WITH b AS (
-    INSERT INTO blobs (tenant_id, sha256, media_type, size, data)
-    SELECT $1::uuid, decode(x.s, 'hex'), x.m, octet_length(x.d), x.d
-    FROM unnest($3::text[], $4::text[], $5::bytea[]) AS x(s, m, d)
-    ON CONFLICT DO NOTHING
-)
+INSERT INTO blobs (tenant_id, sha256, media_type, size, data)
+SELECT $1::uuid, decode(x.s, 'hex'), x.m, octet_length(x.d), x.d
+FROM unnest($2::text[], $3::text[], $4::bytea[]) AS x(s, m, d)
+ON CONFLICT DO NOTHING
+"""
+NEW_BLOB_REFS = """
 INSERT INTO run_blobs (run_id, sha256, tenant_id)
-SELECT DISTINCT $2::uuid, decode(s, 'hex'), $1::uuid FROM unnest($3::text[]) AS s
+SELECT DISTINCT r, decode(s, 'hex'), $1::uuid FROM unnest($2::uuid[]) AS r, unnest($3::text[]) AS s
 ON CONFLICT DO NOTHING
 """
 
@@ -139,6 +141,11 @@ async def write_import(db: asyncpg.Pool, tenant_id: str, imp: Imported) -> dict[
                 list(a["tools"]), _j(a["config"]),
             )  # fmt: skip
         await conn.execute(NEW_SESSION, session_id, tenant_id, agent_id)
+        bs = imp.blobs
+        await conn.execute(
+            NEW_BLOBS, tenant_id, [b["sha256"] for b in bs], [b["media_type"] for b in bs],
+            [b["data"] for b in bs],
+        )  # fmt: skip
         before = [m for m in imp.messages if not m["mine"]]
         prior = str(uuid.uuid4()) if before else None
         if prior is not None:  # the history before the run: a finished run of its own
@@ -170,10 +177,6 @@ async def write_import(db: asyncpg.Pool, tenant_id: str, imp: Imported) -> dict[
             [json.dumps(imp.tool_results[i][1]) for i in ids],
         )  # fmt: skip
         if imp.blobs:
-            bs = imp.blobs
-            for owner in {run_id, *([prior] if prior else [])}:
-                await conn.execute(
-                    NEW_BLOBS, tenant_id, owner, [b["sha256"] for b in bs],
-                    [b["media_type"] for b in bs], [b["data"] for b in bs],
-                )  # fmt: skip
+            owners = [run_id, *([prior] if prior else [])]
+            await conn.execute(NEW_BLOB_REFS, tenant_id, owners, [b["sha256"] for b in imp.blobs])
     return {"run_id": run_id, "session_id": session_id, "agent_id": agent_id, "agent": name}
