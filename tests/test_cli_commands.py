@@ -35,6 +35,8 @@ TREE: dict[str, list[str]] = {
         "history",
         "files",
         "file",
+        "export",
+        "import",
         "purge",
     ],
     "replay": [],

@@ -18,6 +18,7 @@ from hango_worker.cli import (
     demo,
     enqueue,
     exits,
+    export,
     files,
     fork,
     gc,
@@ -42,8 +43,8 @@ EXIT_CODES = (
 )
 
 # `runs`' verbs: runs.py (list, show, watch, cancel, resume), then decide.py, fork.py,
-# history.py and files.py add theirs to the same group (runs.verbs); purge.py adds
-# `runs purge` and `tenants purge` after `tenants`' own verbs.
+# history.py, files.py and export.py add theirs to the same group (runs.verbs); purge.py
+# adds `runs purge` and `tenants purge` after `tenants`' own verbs.
 COMMANDS = (
     worker,
     migrating,
@@ -55,6 +56,7 @@ COMMANDS = (
     fork,
     history,
     files,
+    export,
     replay,
     memory,
     skills,

@@ -1,6 +1,7 @@
 """`runs list|show|watch|cancel|resume`: inspect and control the tenant's runs
 (store/repo.py, watch.py). The other `runs` verbs are in decide.py (approve, reject,
-answer), fork.py, history.py (tree, history) and files.py (files, file)."""
+answer), fork.py, history.py (tree, history), files.py (files, file) and export.py (export,
+import)."""
 
 from __future__ import annotations
 

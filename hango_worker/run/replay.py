@@ -203,7 +203,7 @@ def _overrides(run_input: Any) -> RunOverrides | None:
         raise ReplayError(f"runs.input.limits is invalid: {e.errors()[0]['msg']}") from None
 
 
-def _calls(rec: Recording, agent: AgentSpec, sent: list[Any]) -> list[RecordedCall]:
+def recorded_calls(rec: Recording, agent: AgentSpec, sent: list[Any]) -> list[RecordedCall]:
     """The recorded responses, built anew for each drive (a drive's history is its own)."""
     out = []
     for i, (payload, fp) in enumerate(zip(rec.model_messages, sent, strict=True), 1):
@@ -250,7 +250,7 @@ class _Driver:
     async def __call__(self, agent: AgentSpec, sent: list[Any]) -> Pass:
         if MEMORY_TOOL in agent.tools:
             raise ReplayError(f"agent {agent.name!r} uses the memory tool: not replayable yet")
-        provider = ReplayProvider(_calls(self.rec, agent, sent))
+        provider = ReplayProvider(recorded_calls(self.rec, agent, sent))
         io = RecordingRunIO()
         tools = self.registry if self.live_tools else await self._recorded(agent)
         run = RunParts(

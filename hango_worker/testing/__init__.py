@@ -1,8 +1,10 @@
-"""Test helpers shipped for users testing their own code: an OTLP receiver and
-FakeAnthropic, a local fake of the Anthropic Messages API.
+"""Test helpers shipped for users testing their own code: an OTLP receiver,
+FakeAnthropic, a local fake of the Anthropic Messages API, `run_agent` (a run driven
+in memory, testing/inmem.py) and `load_export` (a run exported by `hango-worker runs
+export` as a fixture, testing/exported.py).
 
-The FakeAnthropic names are imported on first use (they pull in pydantic and the
-scripted model), so ``import hango_worker.testing`` stays cheap.
+Those names are imported on first use (they pull in pydantic, the scripted model and
+the agent loop), so ``import hango_worker.testing`` stays cheap.
 
 Belongs here: fakes and harnesses that tests use in place of the real thing.
 May import: `hango_worker`, `agent`, `client`, `config`, `console`, `provider`,
@@ -25,6 +27,7 @@ from hango_worker.testing.otlp_receiver import (
 )
 
 if TYPE_CHECKING:
+    from hango_worker.testing.exported import ExportedRun, load_export
     from hango_worker.testing.fake_anthropic import (
         FakeAnthropic,
         FakeTurn,
@@ -33,7 +36,14 @@ if TYPE_CHECKING:
         load_fake_script,
         parse_fake_script,
     )
+    from hango_worker.testing.inmem import run_agent
 
+# name → the module it is imported from on first use
+_MODULES = {
+    "ExportedRun": "hango_worker.testing.exported",
+    "load_export": "hango_worker.testing.exported",
+    "run_agent": "hango_worker.testing.inmem",
+}
 _LAZY = {
     "FakeAnthropic",
     "FakeTurn",
@@ -44,6 +54,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "ExportedRun",
     "FakeAnthropic",
     "FakeTurn",
     "Fault",
@@ -53,18 +64,21 @@ __all__ = [
     "ReceivedRequest",
     "ReceivedSpan",
     "RecordedRequest",
+    "load_export",
     "load_fake_script",
     "parse_fake_script",
+    "run_agent",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module("hango_worker.testing.fake_anthropic"), name)
+    if name in _LAZY or name in _MODULES:
+        module = _MODULES.get(name, "hango_worker.testing.fake_anthropic")
+        value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, *_MODULES})

@@ -241,15 +241,16 @@ async def run_agent(
     HANGO_CAPTURE_CONTENT (the agent's config and `limits` still win, as in production);
     `limits`: a producer's per-run limits (`runs.input.limits`); `params`: the run's
     Messages API parameters (`runs.input.params`); `decisions`: a person's decisions for
-    a run resumed after waiting (with `info.not_started`). `stack=None` → the agent's
+    a run resumed after waiting (with `info.not_started`). `tools`: besides the built-ins
+    current_time and calculator; one of the same name replaces it. `stack=None` → the agent's
     default stack (an agent listing the memory tool gets `memory`, or a fresh in-memory
     store); a list replaces only the middlewares. The agent's `mcp_servers` are opened for
     the attempt and closed after it, as the worker does (agent/assemble.py attempt_mcp)."""
     state = state or make_state(agent)
     agent = for_run(agent, state.tenant_id, params)
-    registry = Registry(
-        [*Registry.default(load_entry_points=False).view(["current_time", "calculator"]), *tools]
-    )
+    given = {t.name for t in tools}  # a tool given replaces the built-in of its name
+    builtins = [n for n in ("current_time", "calculator") if n not in given]
+    registry = Registry([*Registry.default(load_entry_points=False).view(builtins), *tools])
     io = io or MemoryRunIO()
     io.control.retry_base_s = 0.01
     run = _run_parts(agent, state, io, limits, memory, memory_key, decisions, skills)
