@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import asyncpg
+import httpx2
 import pytest
 
 from hango_worker.agent.spec import AgentConfig
@@ -17,6 +19,7 @@ from hango_worker.testing import FakeAnthropic
 from tests.conftest import SpanReader
 from tests.helpers import call, recording_tool
 from tests.test_anthropic_e2e import work
+from tests.test_cli import cli
 from tests.worker_helpers import details, enqueue, make_agent
 
 SCRIPT: list[dict[str, Any]] = [
@@ -160,3 +163,67 @@ def test_a_feature_the_platform_lacks_is_refused_in_one_line(
 def test_vertex_serves_web_search() -> None:
     tools = [{"type": "web_search_20250305", "name": "web_search"}]
     assert AgentConfig.model_validate({"platform": "vertex", "server_tools": tools})
+
+
+def test_agents_create_refuses_a_feature_the_platform_lacks_in_one_line(dsn: str) -> None:
+    config = '{"platform": "bedrock", "files_api": true}'
+    p = cli(dsn, "agents", "create", "--name", "x", "--model", "m", "--config", config, ok=False)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "files_api: the Files API is not available on bedrock" in lines[0]
+
+
+async def test_bedrock_invoke_and_a_midstream_error_through_the_sdk(fake: FakeAnthropic) -> None:
+    client = anthropic.AsyncAnthropicBedrock(
+        aws_region="us-east-1", base_url=fake.base_url, max_retries=0
+    )
+    try:
+        message = await client.messages.create(
+            model="anthropic.claude-test-v1:0",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "hi"}],
+        )
+        assert message.content[0].type == "text" and message.content[0].text == "Echoing."
+        assert fake.requests[-1].path == "/model/anthropic.claude-test-v1:0/invoke"
+        fake.inject("midstream_overloaded")
+        with pytest.raises(anthropic.APIStatusError) as e:
+            stream = await client.messages.create(
+                model="anthropic.claude-test-v1:0",
+                max_tokens=100,
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+            )
+            async for _ in stream:
+                pass
+        assert "overloaded_error" in str(e.value.body)
+    finally:
+        await client.close()
+
+
+async def test_vertex_raw_predict_and_a_missing_version(fake: FakeAnthropic) -> None:
+    client = anthropic.AsyncAnthropicVertex(
+        region="us-east5",
+        project_id="p",
+        access_token="dummy",
+        base_url=f"{fake.base_url}/v1",
+        max_retries=0,
+    )
+    try:
+        message = await client.messages.create(
+            model="claude-test@20250101",
+            max_tokens=100,
+            messages=[{"role": "user", "content": "hi"}],
+        )
+        assert message.content[0].type == "text" and message.content[0].text == "Echoing."
+        assert fake.requests[-1].path.endswith("/models/claude-test@20250101:rawPredict")
+        assert fake.requests[-1].body["model"] == "claude-test@20250101"
+    finally:
+        await client.close()
+    path = "/v1/projects/p/locations/r/publishers/anthropic/models/m:rawPredict"
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx2.AsyncClient(base_url=fake.base_url) as http:
+        refused = await http.post(path, json=body, headers={"authorization": "Bearer t"})
+        anonymous = await http.post(path, json={**body, "anthropic_version": "vertex-2023-10-16"})
+    assert refused.status_code == 400 and "anthropic_version" in refused.text
+    assert anonymous.status_code == 401

@@ -6,7 +6,8 @@ Bedrock: ``POST /model/{id}/invoke`` and ``/model/{id}/invoke-with-response-stre
 whose stream is in AWS event-stream framing: each SSE event's JSON, base64, in the
 ``bytes`` of a ``chunk`` event (what botocore's `EventStreamBuffer` and
 `EventStreamJSONParser` read, as the SDK's `AWSEventStreamDecoder` does), and an
-``error`` event as an ``exception`` message naming its type.
+``error`` event as an ``error`` message whose ``:error-code`` is its type (e.g.
+``overloaded_error``) and ``:error-message`` its message.
 
 The body is the Messages API's without ``model`` (it is in the path), with
 ``anthropic_version`` (required: else the 400 the API gives a missing version) and,
@@ -114,11 +115,11 @@ def bedrock_frame(frame: Frame) -> bytes:
     if kind == "error":
         err: dict[str, Any] = data.get("error") or {}
         headers = {
-            ":message-type": "exception",
-            ":exception-type": str(err.get("type", "internalServerException")),
-            ":content-type": "application/json",
+            ":message-type": "error",
+            ":error-code": str(err.get("type", "api_error")),
+            ":error-message": str(err.get("message", "")),
         }
-        return event_message(headers, json.dumps({"message": err.get("message", "")}).encode())
+        return event_message(headers, b"")
     garbage = data.get(GARBAGE) if kind == "content_block_delta" else None
     raw = garbage.encode() if isinstance(garbage, str) else json.dumps(data).encode()
     payload = json.dumps({"bytes": base64.b64encode(raw).decode(), "p": "abcd"}).encode()
