@@ -33,6 +33,14 @@ VERTEX = {
     "models": {"vertex": "claude-test@20250101", "bedrock": "anthropic.claude-test-v1:0"},
 }
 BEDROCK = {**VERTEX, "platform": "bedrock", "region": "eu-west-1"}
+PRICES = {
+    "claude-test": dict.fromkeys(
+        ("input", "output", "cache_write_5m", "cache_write_1h", "cache_read"), 1.0
+    ),
+    "bedrock/claude-test": dict.fromkeys(
+        ("input", "output", "cache_write_5m", "cache_write_1h", "cache_read"), 2.0
+    ),
+}
 
 
 @pytest.fixture
@@ -62,13 +70,15 @@ def provider(fake: FakeAnthropic) -> AnthropicProvider:
     )
 
 
-async def run_on(pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, config: dict[str, Any]) -> Any:
+async def run_on(
+    pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, config: dict[str, Any], **over: Any
+) -> Any:
     tool, calls = recording_tool()
     await make_agent(pool, config=config)
     run_id = await enqueue(pool, "say hi")
     built = provider(fake)
     try:
-        await work(dsn, built, tools=(tool,))
+        await work(dsn, built, tools=(tool,), **over)
     finally:
         await built.aclose()
     assert calls == [{"text": "hi"}]
@@ -103,8 +113,12 @@ async def test_a_run_on_vertex_through_the_sdk_vertex_client(
 async def test_a_run_on_bedrock_through_the_sdk_bedrock_client(
     pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, spans: SpanReader
 ) -> None:
-    run = await run_on(pool, dsn, fake, BEDROCK)
+    run = await run_on(pool, dsn, fake, BEDROCK, model_prices=PRICES)
     assert run["status"] == "succeeded", run["error"]
+    usage = run["usage"]
+    per_token = 1e-6 * PRICES["bedrock/claude-test"]["input"]  # all five equal
+    expected = per_token * (usage["input_tokens"] + usage["output_tokens"])
+    assert usage["cost_usd"] == pytest.approx(expected)  # the platform's prices
     assert run["transcript"][-1]["content"][0]["text"] == "Done: hi."
     assert [r.path for r in fake.requests] == [
         "/model/anthropic.claude-test-v1:0/invoke-with-response-stream"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import asyncpg
@@ -35,7 +35,7 @@ from hango_worker.run.budget import BudgetDirectory, RunBudgetGate
 from hango_worker.run.claim import Claim, decode_json
 from hango_worker.run.io import CONNECTION_ERRORS, PgRunIO, Writer
 from hango_worker.run.memory import PgMemoryStore
-from hango_worker.run.providers import provider_for
+from hango_worker.run.providers import platform_of, provider_for
 from hango_worker.run.ratelimit import RunRateGate
 from hango_worker.run.skills import PgSkillStore
 from hango_worker.run.stream import TextPublisher
@@ -468,4 +468,7 @@ def _build_loop(
             pub.add(run_id, delta)
 
     settings = assembly_settings(deps.settings)
+    platform = platform_of(deps.provider, agent, deps.settings)
+    if platform != "anthropic":  # the platform's prices (provider/prices.py)
+        settings = replace(settings, prices=settings.prices.on_platform(platform))
     return assemble(agent, provider, deps.registry, io, run, settings, on_text, mcp=mcp)

@@ -13,6 +13,7 @@ from hango_worker.provider.anthropic import AnthropicProvider, MissingCredential
 from hango_worker.provider.platforms import model_on, target_of
 from hango_worker.provider.scripted import ScriptedProvider, ScriptError, load_script
 from hango_worker.provider.types import Provider, Request, Response, TextSink
+from hango_worker.run.budget import RunBudgetGate
 from hango_worker.run.ratelimit import RunRateGate
 
 DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "demo" / "script.json"
@@ -21,12 +22,13 @@ DEMO_SCRIPT = Path(__file__).resolve().parent.parent / "demo" / "script.json"
 def make_provider(
     settings: Settings, *, demo: bool = False, chunk_delay_s: float = 0.0
 ) -> Provider:
-    """scripted | anthropic | auto (anthropic when ANTHROPIC_API_KEY is set, else the
-    scripted model — for the demo only; `run` refuses to guess)."""
+    """scripted | anthropic | auto (anthropic when ANTHROPIC_API_KEY is set or the fleet's
+    platform is Bedrock or Vertex, else the scripted model — for the demo only; `run`
+    refuses to guess)."""
     choice = settings.model_provider
     has_key = bool(os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN"))
     if choice == "auto":
-        if has_key:
+        if has_key or settings.platform != "anthropic":  # Bedrock, Vertex: their own chains
             choice = "anthropic"
         elif demo:
             choice = "scripted"
@@ -90,8 +92,17 @@ def provider_for(
         provider = base.on_platform(target)
     except (ValueError, MissingCredentialsError) as e:  # no region, no project, …
         raise ConfigError(f"configuration error: the {target.platform} client: {e}") from None
-    gate = control.rate_gate
+    gate, budget = control.rate_gate, control.budget_gate
     if isinstance(gate, RunRateGate) and target.platform != "anthropic":
         gate.place = f"@{target.platform}:{target.region or ''}"
+    if isinstance(budget, RunBudgetGate):  # the platform's prices (provider/prices.py)
+        budget.prices = budget.prices.on_platform(target.platform)
     mapped = model_on(agent.config, target.platform, agent.model)
     return provider if mapped == agent.model else OnPlatform(provider, agent.model, mapped)
+
+
+def platform_of(base: Provider, agent: AgentSpec, settings: Settings) -> str:
+    """The platform the agent's calls go to ("anthropic" for the scripted model)."""
+    if not isinstance(base, AnthropicProvider):
+        return "anthropic"
+    return agent.config.platform or settings.platform
