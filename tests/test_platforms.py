@@ -15,6 +15,8 @@ import pytest
 from hango_worker.agent.spec import AgentConfig
 from hango_worker.provider.anthropic import AnthropicProvider
 from hango_worker.provider.platforms import Target
+from hango_worker.provider.types import Request
+from hango_worker.run.ratelimit import RunRateGate
 from hango_worker.testing import FakeAnthropic
 from tests.conftest import SpanReader
 from tests.helpers import call, recording_tool
@@ -241,3 +243,22 @@ async def test_vertex_raw_predict_and_a_missing_version(fake: FakeAnthropic) -> 
         anonymous = await http.post(path, json={**body, "anthropic_version": "vertex-2023-10-16"})
     assert refused.status_code == 400 and "anthropic_version" in refused.text
     assert anonymous.status_code == 401
+
+
+def test_agents_create_checks_the_fleet_platform_for_an_agent_without_one(dsn: str) -> None:
+    config = '{"files_api": true}'
+    args = ("agents", "create", "--name", "x", "--model", "m", "--config", config)
+    p = cli(dsn, *args, ok=False, env={"HANGO_PLATFORM": "vertex"})
+    assert p.returncode == 2, p.stderr
+    assert "files_api: the Files API is not available on vertex (the fleet's HANGO_PLATFORM)" in (
+        p.stderr
+    )
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_the_rate_limit_bucket_is_per_platform_and_region() -> None:
+    gate = RunRateGate(pool=None, key_template="anthropic:{model}")  # type: ignore[arg-type]
+    request = Request(model="claude-test", messages=[], max_tokens=10)
+    assert gate.key(request) == "anthropic:claude-test"
+    gate.place = "@bedrock:eu-west-1"
+    assert gate.key(request) == "anthropic:claude-test@bedrock:eu-west-1"
