@@ -262,3 +262,24 @@ def test_the_rate_limit_bucket_is_per_platform_and_region() -> None:
     assert gate.key(request) == "anthropic:claude-test"
     gate.place = "@bedrock:eu-west-1"
     assert gate.key(request) == "anthropic:claude-test@bedrock:eu-west-1"
+
+
+async def test_the_fleet_default_platform_from_the_environment(
+    pool: asyncpg.Pool, dsn: str, fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As an operator (or a user's test) sets it: no Anthropic key, the SDK's own base URL
+    variable, the agent without a platform of its own."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("HANGO_MODEL_PROVIDER", "auto")
+    monkeypatch.setenv("HANGO_PLATFORM", "bedrock")
+    monkeypatch.setenv("HANGO_PLATFORM_REGION", "us-west-2")
+    monkeypatch.setenv("ANTHROPIC_BEDROCK_BASE_URL", fake.base_url)
+    tool, calls = recording_tool()
+    await make_agent(pool)
+    run_id = await enqueue(pool, "say hi")
+    await work(dsn, tools=(tool,))
+    run = await details(pool, run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert calls == [{"text": "hi"}]
+    assert fake.requests[0].path == "/model/claude-test/invoke-with-response-stream"
+    assert "us-west-2/bedrock/aws4_request" in fake.requests[0].headers["authorization"]
