@@ -93,6 +93,12 @@ class Settings(BaseSettings):
     )
     capture_content: bool = False
     anthropic_max_retries: int = Field(default=2, ge=0, le=10)
+    # where Claude runs unless an agent says otherwise (provider/platforms.py)
+    platform: Literal["anthropic", "bedrock", "vertex"] = Field(
+        default="anthropic", description="anthropic | bedrock | vertex"
+    )
+    platform_region: str = Field(default="", max_length=64, description="Bedrock/Vertex region")
+    vertex_project: str = Field(default="", max_length=128, description="Vertex AI project id")
     model_retries: int = Field(default=4, ge=0, le=20, description="our retries of a model call")
     worker_id: str = Field(default="", description="defaults to host-pid-random")
     rate_limit_key: str = Field(

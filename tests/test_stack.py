@@ -19,6 +19,7 @@ from hango_worker.agent.ports import MemoryBinding, MemoryScope
 from hango_worker.agent.spec import AgentConfig, LoopConfig
 from hango_worker.agent.stack import ORDER, PROVIDED_TOOLS, StackConfig, default_stack
 from hango_worker.agent.state import State
+from hango_worker.provider.platforms import PlatformConfig
 from hango_worker.testing.inmem import InMemoryMemoryStore, InMemorySkillStore, run_agent
 from hango_worker.tool.mcp_config import McpConfig
 from tests.helpers import agent, call, recording_tool, scripted
@@ -91,8 +92,8 @@ def test_every_middleware_module_has_exactly_one_slot_in_order() -> None:
 
 def test_agent_config_is_the_sections_of_the_middlewares_plus_the_loops_own_keys() -> None:
     """Each module with settings has one config section, inherited by AgentConfig;
-    its fields are exactly the sections', the loop's, the budget's and the MCP servers'
-    (tool/mcp_config.py), none in two."""
+    its fields are exactly the sections', the loop's, the budget's, the MCP servers'
+    (tool/mcp_config.py) and the platform's (provider/platforms.py), none in two."""
     sections = _sections()
     assert len({c.__module__ for c in sections}) == len(sections)  # one per module
     for name in _modules():
@@ -105,7 +106,7 @@ def test_agent_config_is_the_sections_of_the_middlewares_plus_the_loops_own_keys
         assert [c for c in own if c.__module__ == module.__name__] == [
             c for c in sections if c.__module__ == module.__name__
         ], name
-    groups = [*sections, LoopConfig, Budget, McpConfig]
+    groups = [*sections, LoopConfig, Budget, McpConfig, PlatformConfig]
     keys = [k for g in groups for k in g.model_fields]
     assert len(keys) == len(set(keys))  # no key in two sections
     assert set(keys) == set(AgentConfig.model_fields)

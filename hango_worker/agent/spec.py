@@ -20,6 +20,7 @@ from hango_worker.agent.middlewares.skills import SkillsConfig
 from hango_worker.agent.middlewares.subagent import SubagentConfig
 from hango_worker.agent.middlewares.summarize import SummarizeConfig
 from hango_worker.provider import params as api
+from hango_worker.provider.platforms import PlatformConfig, platform_problem
 from hango_worker.provider.types import TextBlock
 from hango_worker.tool.mcp_config import McpConfig, mcp_problem
 
@@ -53,6 +54,7 @@ class LoopConfig(BaseModel):
 # pydantic orders the fields, and runs the sections' validators, from the LAST base to
 # the first: the stored keys read Budget's, the loop's, then each middleware's.
 class AgentConfig(
+    PlatformConfig,  # provider/platforms.py: platform, region, project_id, models
     McpConfig,  # tool/mcp_config.py: mcp_servers (tool/mcp_client.py opens them)
     SkillsConfig,  # agent/middlewares/skills.py: skills
     PromptCacheConfig,  # agent/middlewares/prompt_cache.py: cache_ttl
@@ -96,6 +98,11 @@ class AgentConfig(
             api.check_combinations(given, max_tokens=self.max_tokens, temperature=self.temperature)
         except ValueError as e:
             raise PydanticCustomError("api_param", "{why}", {"why": str(e)}) from None
+        lacking = platform_problem(
+            self.platform, files_api=self.files_api, server_tools=self.server_tools, params=given
+        )
+        if lacking:
+            raise PydanticCustomError("platform", "{why}", {"why": lacking})
         return self
 
     def api_params(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -83,6 +84,8 @@ async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
         raise CliError(f"--config: {problem} (add --tool load_skill)")
     if problem := mcp_problem(tools, config.mcp_servers):
         raise CliError(f"--config: {problem}")
+    if problem := _fleet_platform_problem(s, config):
+        raise CliError(f"--config: {problem} (the fleet's HANGO_PLATFORM)")
     async with pool_for(s) as (_, pool):
         tenant = await tenant_of(pool, a)
         agent_id = await repo.create_agent(
@@ -96,6 +99,21 @@ async def cmd_agents_create(s: Settings, a: argparse.Namespace) -> int:
         )
     print(json.dumps({"agent_id": agent_id}) if a.json else agent_id)
     return exits.OK
+
+
+def _fleet_platform_problem(s: Settings, config: Any) -> str | None:
+    """What the fleet's platform lacks, for an agent that leaves its platform to the
+    fleet (its own `platform` is checked by AgentConfig: provider/platforms.py)."""
+    from hango_worker.provider.platforms import platform_problem
+
+    if config.platform is not None:
+        return None
+    return platform_problem(
+        s.platform,
+        files_api=config.files_api,
+        server_tools=config.server_tools,
+        params=config.api_params(),
+    )
 
 
 async def cmd_agents_list(s: Settings, a: argparse.Namespace) -> int:

@@ -59,6 +59,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -76,6 +77,7 @@ from hango_worker.provider.files import (
     with_file_ids,
 )
 from hango_worker.provider.params import uses_beta
+from hango_worker.provider.platforms import PROVIDER_NAMES, AnyClient, Target, build_client
 from hango_worker.provider.sanitize import clean_text
 from hango_worker.provider.types import (
     Block,
@@ -118,26 +120,57 @@ class AnthropicProvider:
 
     def __init__(
         self,
-        client: anthropic.AsyncAnthropic | None = None,
+        client: AnyClient | None = None,
         *,
         api_key: str | None = None,
         base_url: str | None = None,
         max_retries: int = 2,
         open_telemetry: bool = False,
+        require_key: bool = True,
+        platform_options: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         """Without `client`, build one from `api_key`/`base_url` (else the SDK's
         `ANTHROPIC_API_KEY`/`ANTHROPIC_BASE_URL`). Raises MissingCredentialsError
-        when no credential is found, so a misconfigured worker stops at start-up."""
+        when no credential is found (unless `require_key=False`: a fleet on Bedrock or
+        Vertex), so a misconfigured worker stops at start-up. `platform_options`: extra
+        arguments of each platform's SDK client (provider/platforms.py)."""
         if client is None:
-            client = _build_client(api_key, base_url, max_retries, open_telemetry)
+            client = _build_client(api_key, base_url, max_retries, open_telemetry, require_key)
         elif not open_telemetry and client.open_telemetry["traces"]["enabled"]:
             client = client.with_options(open_telemetry=False)
         self.client = client
-        self._secrets = tuple(s for s in (client.api_key, client.auth_token) if s)
+        secrets = (getattr(client, "api_key", None), getattr(client, "auth_token", None))
+        self._secrets = tuple(s for s in secrets if isinstance(s, str) and s)
         self._uploads: FileUploads | None = None  # made at the first files_api call
+        self._max_retries, self._open_telemetry = max_retries, open_telemetry
+        self._platform_options = dict(platform_options or {})
+        self._platforms: dict[Target, AnthropicProvider] = {}
+
+    def on_platform(self, target: Target) -> AnthropicProvider:
+        """This provider on another platform: its client built once per platform, region
+        and project (provider/platforms.py), named for the spans (`gen_ai.provider.name`)."""
+        if target.platform == "anthropic":
+            return self
+        found = self._platforms.get(target)
+        if found is None:
+            client = build_client(
+                target,
+                max_retries=self._max_retries,
+                open_telemetry=self._open_telemetry,
+                options=self._platform_options.get(target.platform, {}),
+            )
+            found = AnthropicProvider(
+                client, max_retries=self._max_retries, open_telemetry=self._open_telemetry
+            )
+            found.name = PROVIDER_NAMES[target.platform]
+            found.label = f"Claude on {target.platform}"
+            self._platforms[target] = found
+        return found
 
     async def aclose(self) -> None:
-        """Close the SDK client's connection pool."""
+        """Close the SDK clients' connection pools."""
+        for other in self._platforms.values():
+            await other.aclose()
         await self.client.close()
 
     async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
@@ -157,6 +190,12 @@ class AnthropicProvider:
         if not blobs:
             return await self._complete(replace(request, files=None), on_text)
         if self._uploads is None:
+            if not isinstance(self.client, anthropic.AsyncAnthropic):
+                raise ModelError(
+                    ErrorType.INVALID_REQUEST_ERROR,
+                    f"the Files API is not available on {self.name}",
+                    retryable=False,
+                )
             self._uploads = FileUploads(self.client)
         ids = await self._resolve(files, blobs, None)
         try:
@@ -218,7 +257,8 @@ class AnthropicProvider:
         # Called untyped: the SDK's overloads over TypedDict params cost mypy more than
         # they check here (our dicts come from to_dict()).
         beta = bool(request.params) and uses_beta(request.params or {})
-        create: Any = self.client.beta.messages.create if beta else self.client.messages.create
+        client: Any = self.client
+        create: Any = client.beta.messages.create if beta else client.messages.create
         try:
             stream: anthropic.AsyncStream[RawMessageStreamEvent] = await create(
                 **request_params(request), stream=True
@@ -235,7 +275,11 @@ class AnthropicProvider:
 
 
 def _build_client(
-    api_key: str | None, base_url: str | None, max_retries: int, open_telemetry: bool
+    api_key: str | None,
+    base_url: str | None,
+    max_retries: int,
+    open_telemetry: bool,
+    require_key: bool = True,
 ) -> anthropic.AsyncAnthropic:
     # the SDK's defaults (timeouts, limits), plus hooks that count its own retries
     http = anthropic.DefaultAsyncHttpxClient(event_hooks=sdk_retries.event_hooks())
@@ -256,7 +300,12 @@ def _build_client(
         raise MissingCredentialsError(
             f"the anthropic SDK found no usable credentials: {e}"
         ) from None
-    if client.api_key is None and client.auth_token is None and client.credentials is None:
+    if (
+        require_key
+        and client.api_key is None
+        and client.auth_token is None
+        and client.credentials is None
+    ):
         raise MissingCredentialsError(
             "the anthropic provider needs an API key: set ANTHROPIC_API_KEY "
             "(or choose the scripted model for an offline demo)"

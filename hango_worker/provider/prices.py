@@ -23,7 +23,10 @@ surcharges are not modelled. Operators override or add models, and each model's 
 prices and multipliers, with `HANGO_MODEL_PRICES` (docs/operations.md).
 
 A model is looked up by its exact name, then without a dated snapshot suffix
-(`claude-sonnet-4-5-20250929` → `claude-sonnet-4-5`). An unknown model has no
+(`claude-sonnet-4-5-20250929` → `claude-sonnet-4-5`). On Bedrock and Vertex AI the same
+list prices apply unless HANGO_MODEL_PRICES prices the model for the platform, keyed
+`"bedrock/<model>"` or `"vertex/<model>"` (`PriceTable.on_platform`; e.g. the 10%
+premium of a regional endpoint). An unknown model has no
 price: its cost is unknown (`None`), never 0.
 
 For spend accounting outside a run: `PriceTable.lookup(model)` gives a model's
@@ -158,6 +161,22 @@ class PriceTable:
         self.prices = dict(DEFAULT_PRICES)
         for model, p in (overrides or {}).items():
             self.prices[model] = model_price(p)
+        self._platforms: dict[str, PriceTable] = {}
+
+    def on_platform(self, platform: str) -> PriceTable:
+        """The prices of calls on `platform` (provider/platforms.py): each
+        `"<platform>/<model>"` entry laid over `<model>`'s (HANGO_MODEL_PRICES
+        `{"bedrock/claude-sonnet-4-5": {...}}`); the others as on the Anthropic API."""
+        if platform == "anthropic":
+            return self
+        found = self._platforms.get(platform)
+        if found is None:
+            prefix = platform + "/"
+            own = {k[len(prefix) :]: v for k, v in self.prices.items() if k.startswith(prefix)}
+            found = PriceTable()
+            found.prices = {**self.prices, **own}
+            self._platforms[platform] = found
+        return found
 
     def lookup(self, model: str) -> ModelPrice | None:
         price = self.prices.get(model)

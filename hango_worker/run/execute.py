@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import asyncpg
@@ -27,7 +27,7 @@ from hango_worker.agent.middlewares.memory import MemoryBinding, MemoryScopeErro
 from hango_worker.agent.ports import Outcome
 from hango_worker.agent.spec import AgentSpec, AgentSpecError
 from hango_worker.agent.state import StateError, load_state
-from hango_worker.config import Settings
+from hango_worker.config import ConfigError, Settings
 from hango_worker.provider.prices import PriceTable
 from hango_worker.provider.types import Message, Provider, message_from_dict
 from hango_worker.run.blobs import PgFileIds, inline_blobs, inline_results, input_message
@@ -35,6 +35,7 @@ from hango_worker.run.budget import BudgetDirectory, RunBudgetGate
 from hango_worker.run.claim import Claim, decode_json
 from hango_worker.run.io import CONNECTION_ERRORS, PgRunIO, Writer
 from hango_worker.run.memory import PgMemoryStore
+from hango_worker.run.providers import platform_of, provider_for
 from hango_worker.run.ratelimit import RunRateGate
 from hango_worker.run.skills import PgSkillStore
 from hango_worker.run.stream import TextPublisher
@@ -350,6 +351,11 @@ async def execute(deps: RunDeps, c: Claim, control: RunControl) -> Outcome | Non
     except MemoryScopeError as e:
         await io.fail({"type": ErrorType.INVALID_INPUT, "message": str(e)})
         return Outcome("failed", {"type": ErrorType.INVALID_INPUT, "message": str(e)})
+    try:  # the agent's platform (provider/platforms.py): a client it cannot have fails it
+        provider = provider_for(deps.provider, loaded.agent, deps.settings, control)
+    except ConfigError as e:
+        await io.fail({"type": ErrorType.INVALID_INPUT, "message": str(e)})
+        return Outcome("failed", {"type": ErrorType.INVALID_INPUT, "message": str(e)})
     parent, links = _previous_attempt(c)
     info = RunInfo(
         attempt=c.attempt,
@@ -365,7 +371,7 @@ async def execute(deps: RunDeps, c: Claim, control: RunControl) -> Outcome | Non
         span_attributes=_span_attributes(deps, c),
     )
     async with attempt_mcp(loaded.agent) as mcp:  # closed when the attempt ends
-        loop = _build_loop(deps, loaded, c, io, memory, mcp)
+        loop = _build_loop(deps, loaded, c, io, memory, mcp, provider)
         return await loop.run(state, info)
 
 
@@ -440,6 +446,7 @@ def _build_loop(
     io: PgRunIO,
     memory: MemoryBinding | None,
     mcp: McpTools | None,
+    provider: Provider,
 ) -> AgentLoop:
     agent, run_id, obs, pub = loaded.agent, c.run_id, deps.observer, deps.text
     run = RunParts(
@@ -461,4 +468,7 @@ def _build_loop(
             pub.add(run_id, delta)
 
     settings = assembly_settings(deps.settings)
-    return assemble(agent, deps.provider, deps.registry, io, run, settings, on_text, mcp=mcp)
+    platform = platform_of(deps.provider, agent, deps.settings)
+    if platform != "anthropic":  # the platform's prices (provider/prices.py)
+        settings = replace(settings, prices=settings.prices.on_platform(platform))
+    return assemble(agent, provider, deps.registry, io, run, settings, on_text, mcp=mcp)

@@ -94,9 +94,10 @@ class RunRateGate:
     key_template: str
     last_input: int = 0  # the run's previous call's input tokens (the next estimate)
     estimate: int = 0
+    place: str = ""  # "@platform:region" off the Anthropic API: a bucket per platform, region
 
     def key(self, request: Request) -> str:
-        return key_for(self.key_template, request.model)
+        return key_for(self.key_template, request.model) + self.place
 
     async def take(self, request: Request) -> float:
         """0: go (granted, no limit, or a bucket that cannot work: reported); else

@@ -85,6 +85,18 @@ like an inline one. ``fake.files`` holds the uploads (``uploads`` counts them);
 ``fake.files.forget(id)`` drops a file as if the API had lost it, and a message naming
 it gets the API's 404 ``not_found_error``.
 
+**Platforms** (`platforms.py`): the Vertex AI route (``POST [/v1]/projects/{project}/
+locations/{region}/publishers/anthropic/models/{model}:rawPredict`` and
+``:streamRawPredict``) and the Bedrock runtime's (``POST /model/{id}/invoke`` and
+``/model/{id}/invoke-with-response-stream``, in AWS event-stream framing: each SSE
+event's JSON base64'd in a ``chunk`` event). The body is the Messages API's without
+``model`` (taken from the path) and with ``anthropic_version``; the request needs a
+Bearer token or (Bedrock) a SigV4 signature, any value. The SDK's own
+``AsyncAnthropicVertex`` (``access_token="dummy"``, ``base_url=fake.base_url + "/v1"``)
+and ``AsyncAnthropicBedrock`` (dummy ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
+``base_url=fake.base_url``) run against it; ``RecordedRequest.platform`` says which
+route a request came by.
+
 **Structured outputs** (`structured.py`, docs/structured-output.md):
 ``output_config.format`` must be ``{"type": "json_schema", "schema": ...}`` with a
 valid JSON Schema, and is refused for a model known not to have structured outputs;
@@ -129,7 +141,7 @@ subcommand of the production CLI) serves a script file until SIGINT/SIGTERM:
 whole command.
 
 **Modules:** `ratelimit`, `script` (turns, faults, `RecordedRequest`), `validate`,
-`media`, `files`,
+`media`, `files`, `platforms`,
 `tokens`, `cache`, `sse` (answers and their SSE frames), `wire` (HTTP/1.1), `server`
 (`FakeAnthropic`), `cli`. Everything is re-exported here.
 
@@ -148,6 +160,12 @@ from hango_worker.testing.fake_anthropic.cache import (
 )
 from hango_worker.testing.fake_anthropic.cli import main, serve_forever, serve_script
 from hango_worker.testing.fake_anthropic.files import FILES_PATH, FakeFile, FakeFiles
+from hango_worker.testing.fake_anthropic.platforms import (
+    BEDROCK_ROUTE,
+    VERTEX_ROUTE,
+    bedrock_frame,
+    event_message,
+)
 from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
 from hango_worker.testing.fake_anthropic.script import (
     STATUS_BY_TYPE,
@@ -179,6 +197,7 @@ from hango_worker.testing.fake_anthropic.validate import (
 )
 
 __all__ = [
+    "BEDROCK_ROUTE",
     "CACHE_LOOKBACK_BLOCKS",
     "COUNT_TOKENS_PATH",
     "DEFAULT_CONTEXT_WINDOW",
@@ -190,6 +209,7 @@ __all__ = [
     "STATUS_BY_TYPE",
     "TOOL_OVERHEAD_TOKENS",
     "TYPE_BY_STATUS",
+    "VERTEX_ROUTE",
     "ApiError",
     "CacheUsage",
     "FakeAnthropic",
@@ -202,9 +222,11 @@ __all__ = [
     "PromptCache",
     "RecordedRequest",
     "ScriptError",
+    "bedrock_frame",
     "build_answer",
     "check_tool_pairing",
     "count_tokens",
+    "event_message",
     "load_fake_script",
     "main",
     "parse_fake_script",

@@ -143,6 +143,7 @@ class RecordedRequest:
     body: Any
     received_at: float = field(default_factory=time.time)
     input_tokens: int | None = None  # as counted by the fake (tokens.py); None: not valid
+    platform: str | None = None  # "vertex" | "bedrock": its route (platforms.py)
 
     @property
     def api_key(self) -> str | None:

@@ -20,6 +20,12 @@ from hango_worker.testing.fake_anthropic.cache import (
 )
 from hango_worker.testing.fake_anthropic.files import FILES_PATH, FakeFiles
 from hango_worker.testing.fake_anthropic.media import check_media
+from hango_worker.testing.fake_anthropic.platforms import (
+    EVENT_STREAM_TYPE,
+    as_messages_request,
+    bedrock_frame,
+    match_route,
+)
 from hango_worker.testing.fake_anthropic.ratelimit import FakeRateLimit
 from hango_worker.testing.fake_anthropic.roundtrip import SentLog, check_round_trip
 from hango_worker.testing.fake_anthropic.script import (
@@ -230,6 +236,13 @@ class FakeAnthropic:
         rec = RecordedRequest(req.method, req.path, dict(req.headers), body)
         self.requests.append(rec)
         path = req.path.split("?", 1)[0].rstrip("/")
+        route = match_route(req.method, path)
+        if route is not None:  # Vertex AI, Bedrock (platforms.py)
+            try:
+                as_messages_request(route, rec)
+            except ApiError as e:
+                return await self._send_error(writer, e, rid)
+            path = MESSAGES_PATH
         if path == FILES_PATH or path.startswith(FILES_PATH + "/"):
             return await self._serve_files(req, rec, path, writer, rid)
         if req.method != "POST" or path not in (MESSAGES_PATH, COUNT_TOKENS_PATH):
@@ -266,7 +279,7 @@ class FakeAnthropic:
             writer.write(json_response(200, answer.message, {"request-id": rid}))
             await writer.drain()
             return True
-        await self._stream(writer, stream_frames(answer), rid, answer.chunk_delay_s)
+        await self._stream(writer, stream_frames(answer), rid, answer.chunk_delay_s, rec=rec)
         return True
 
     async def _serve_files(
@@ -315,6 +328,8 @@ class FakeAnthropic:
             )
 
     def _authenticate(self, rec: RecordedRequest) -> None:
+        if rec.platform is not None:  # its credentials were checked on its route
+            return
         key = rec.api_key
         if not key:
             raise ApiError(401, "authentication_error", "x-api-key header is required")
@@ -399,7 +414,7 @@ class FakeAnthropic:
         elif fault.fault == "midstream_garbage":
             frames.append(("content_block_delta", {GARBAGE: fault.message or "{not json"}))
         await self._stream(
-            writer, frames, rid, self.chunk_delay_s, finish=fault.fault != "midstream_drop"
+            writer, frames, rid, self.chunk_delay_s, finish=fault.fault != "midstream_drop", rec=rec
         )
 
     async def _stream(
@@ -410,9 +425,12 @@ class FakeAnthropic:
         delay_s: float,
         *,
         finish: bool = True,
+        rec: RecordedRequest | None = None,
     ) -> None:
+        bedrock = rec is not None and rec.platform == "bedrock"
+        encode = bedrock_frame if bedrock else sse_frame
         headers = {
-            "content-type": "text/event-stream; charset=utf-8",
+            "content-type": EVENT_STREAM_TYPE if bedrock else "text/event-stream; charset=utf-8",
             "cache-control": "no-cache",
             "transfer-encoding": "chunked",
             "request-id": rid,
@@ -424,17 +442,17 @@ class FakeAnthropic:
         hold, self._hold = self._hold, None
         if hold is not None:
             first = next((i for i, f in enumerate(frames) if f[0] == "content_block_delta"), 0)
-            writer.write(http_chunk(b"".join(sse_frame(f) for f in frames[: first + 1])))
+            writer.write(http_chunk(b"".join(encode(f) for f in frames[: first + 1])))
             await writer.drain()
             await asyncio.get_running_loop().run_in_executor(None, hold.wait, 30.0)
             frames = frames[first + 1 :]
         if delay:
             for frame in frames:
                 await asyncio.sleep(delay)
-                writer.write(http_chunk(sse_frame(frame)))
+                writer.write(http_chunk(encode(frame)))
                 await writer.drain()
         else:
-            writer.write(http_chunk(b"".join(sse_frame(f) for f in frames)))
+            writer.write(http_chunk(b"".join(encode(f) for f in frames)))
         if finish:
             writer.write(b"0\r\n\r\n")
         await writer.drain()
