@@ -10,6 +10,8 @@ lock_timeout 5s) while the load keeps going. Asserted, per step:
   deadlock victim (40P01) is migrated again, which is the documented advice
   (docs/operations.md "Migration privileges and timeouts"); two such refusals in a row
   fail the test;
+- the step rewrites no table (a rewrite holds ACCESS EXCLUSIVE for as long as copying
+  the table takes: the table's storage file would change);
 - the load saw no error at all (no deadlock: a step that alters several tables locks
   them up front in the order the fleet's own statements do), and it committed
   transactions before, during and after the step, so no step blocks the tables for the
@@ -143,6 +145,19 @@ async def _step(dsn: str, revision: str) -> int:
             refused += 1
 
 
+async def _filenodes(dsn: str) -> dict[str, int]:
+    """Each table's storage file: a step that rewrites a table gives it a new one."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT c.relname, c.relfilenode FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'"
+        )
+        return {r["relname"]: r["relfilenode"] for r in rows}
+    finally:
+        await conn.close()
+
+
 async def _until_commits(load: Load, n: int) -> None:
     """Waits for the load's next `n` commits (progress, not time)."""
     target = len(load.commits) + n
@@ -166,12 +181,16 @@ async def test_every_migration_steps_up_while_a_busy_fleet_keeps_committing(
         for revision in chain[1:]:
             await _until_commits(load, 5)  # busy before the step
             load.step = revision
+            files = await _filenodes(empty_dsn)
             start = time.monotonic()
             refused = await _step(empty_dsn, revision)
             end = time.monotonic()
+            after = await _filenodes(empty_dsn)
+            rewritten = sorted(t for t, node in files.items() if after.get(t) != node)
             during = load.between(start, end)
             await _until_commits(load, 5)  # and still busy after it
             assert during > 0, f"{revision}: the load made no progress during the step"
+            assert rewritten == [], f"{revision} rewrites {rewritten} under an exclusive lock"
             report.append(
                 f"{revision}: {end - start:.2f}s, {during} load commits during, longest "
                 f"gap {load.longest_gap(start, end):.3f}s, refused {refused}x"
