@@ -123,6 +123,11 @@ def _swap_enqueue(old: str, run: str, api: str, new: str, v1: ModuleType) -> Non
 
 
 def upgrade() -> None:
+    # every table this step alters, at once, in the order the fleet's own statements lock
+    # them (a run's insert takes runs, then the tenant and agent it references), so a
+    # worker's transaction waits for this step instead of deadlocking with it
+    # (tests/test_migrations_under_load.py)
+    op.execute("LOCK TABLE runs, agents, tenants IN ACCESS EXCLUSIVE MODE")
     op.add_column("tenants", sa.Column("weight", sa.Integer, nullable=False, server_default="1"))
     op.add_column("tenants", sa.Column("max_running", sa.Integer))
     op.create_check_constraint("tenants_weight_check", "tenants", "weight BETWEEN 1 AND 1000")

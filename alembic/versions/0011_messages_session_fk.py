@@ -27,6 +27,11 @@ serves_code_since = "0009_producer_api"  # as 0010 does: dropping a check breaks
 
 
 def upgrade() -> None:
+    # dropping the key locks both tables; take them in the order a message's insert does
+    # (the session it references is locked before the message table by a run's insert),
+    # so a worker's transaction waits instead of deadlocking
+    # (tests/test_migrations_under_load.py)
+    op.execute("LOCK TABLE sessions, messages IN ACCESS EXCLUSIVE MODE")
     op.drop_constraint("messages_session_id_fkey", "messages", type_="foreignkey")
 
 
