@@ -75,15 +75,38 @@ async def one_run(dsn: str, turns: int, profiler: cProfile.Profile | None = None
         raise SystemExit(f"run ended {status} after {provider.calls} model calls")
 
 
+def group(path: str) -> str:
+    """Who a profiled function belongs to: hango_worker, the event loop, asyncpg, other."""
+    if "hango_worker/" in path:
+        return "hango_worker"
+    if "/asyncio/" in path or path.endswith("selectors.py"):
+        return "event loop"
+    if "/asyncpg/" in path:
+        return "asyncpg"
+    return "other"
+
+
 def calls_per_turn(profiler: cProfile.Profile, turns: int, top: int) -> dict[str, Any]:
+    """Calls per counted turn, in total and by group (a built-in function's calls, and
+    a frozen module's, count for the group of the function that called it)."""
     stats = pstats.Stats(profiler)
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     counted = turns + 1 - FIRST  # whole turns between the two switches
     total = sum(v[1] for v in raw.values())  # primitive + recursive calls
+    groups: dict[str, float] = {}
+    for (path, _, _), v in raw.items():
+        if path.startswith(("~", "<")):  # built-in or frozen: charged to its callers
+            for (cpath, _, _), cv in v[4].items():
+                g = group(cpath)
+                groups[g] = groups.get(g, 0) + cv[1] / counted
+        else:
+            g = group(path)
+            groups[g] = groups.get(g, 0) + v[1] / counted
     rows = sorted(raw.items(), key=lambda kv: -kv[1][1])[:top]
     return {
         "turns_counted": counted,
         "calls_per_turn": total / counted,
+        "by_group": dict(sorted(groups.items(), key=lambda kv: -kv[1])),
         "top": [
             (f"{os.path.relpath(f, ROOT) if f.startswith('/') else f}:{line}({fn})", v[1] / counted)
             for (f, line, fn), v in rows
@@ -133,6 +156,9 @@ async def main_async(turns: int, top: int, with_callgrind: bool, dump: str | Non
                 print(
                     f"Python calls per turn: {res['calls_per_turn']:.1f} "
                     f"(cProfile, {res['turns_counted']} turns)"
+                )
+                print(
+                    "  by group: " + ", ".join(f"{g} {n:.1f}" for g, n in res["by_group"].items())
                 )
                 for fn, n in res["top"]:
                     print(f"  {n:7.2f}  {fn}")
