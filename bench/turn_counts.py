@@ -28,6 +28,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, create_database, drop_database, start_server
@@ -120,7 +121,7 @@ async def child(dsn: str, turns: int) -> None:
     await one_run(dsn, turns)
 
 
-def callgrind_total(dsn: str, turns: int) -> int:
+def callgrind_total(dsn: str, turns: int, code: Path = ROOT) -> int:
     cmd = [
         "valgrind",
         "--tool=callgrind",
@@ -134,14 +135,26 @@ def callgrind_total(dsn: str, turns: int) -> int:
         str(turns),
     ]
     env = dict(os.environ, PYTHONMALLOC="malloc")
-    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True, check=True)
     found = re.search(r"Collected\s*:\s*([\d,]+)", out.stderr)
     if found is None:
         raise SystemExit(f"no callgrind total in:\n{out.stderr[-2000:]}")
     return int(found.group(1).replace(",", ""))
 
 
-async def main_async(turns: int, top: int, with_callgrind: bool, dump: str | None) -> None:
+async def instructions(dsn: str, turns: int, code: Path) -> tuple[int, int]:
+    """Callgrind totals of runs of `turns` and 2 x `turns` turns (concurrently: counts,
+    not clocks), on the code in `code`."""
+    a, b = await asyncio.gather(
+        asyncio.to_thread(callgrind_total, dsn, turns, code),
+        asyncio.to_thread(callgrind_total, dsn, 2 * turns, code),
+    )
+    return a, b
+
+
+async def main_async(
+    turns: int, top: int, with_callgrind: bool, dump: str | None, codes: list[Path]
+) -> None:
     with tempfile.TemporaryDirectory(prefix="hango-tc-pg-") as data:
         server, admin = start_server(data)
         try:
@@ -163,12 +176,12 @@ async def main_async(turns: int, top: int, with_callgrind: bool, dump: str | Non
                 for fn, n in res["top"]:
                     print(f"  {n:7.2f}  {fn}")
                 if with_callgrind:
-                    a = await asyncio.to_thread(callgrind_total, dsn, turns)
-                    b = await asyncio.to_thread(callgrind_total, dsn, 2 * turns)
-                    print(
-                        f"instructions per turn: {(b - a) / turns:,.0f} "
-                        f"(callgrind, runs of {turns} and {2 * turns} turns: {a:,} / {b:,})"
-                    )
+                    found = await asyncio.gather(*(instructions(dsn, turns, c) for c in codes))
+                    for code, (a, b) in zip(codes, found, strict=True):
+                        print(
+                            f"instructions per turn: {(b - a) / turns:,.0f} (callgrind, runs of "
+                            f"{turns} and {2 * turns} turns: {a:,} / {b:,}; code in {code})"
+                        )
             finally:
                 await drop_database(admin, dsn)
         finally:
@@ -181,12 +194,19 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--dump", metavar="FILE", help="write the cProfile stats (pstats format)")
+    ap.add_argument(
+        "--code",
+        action="append",
+        type=Path,
+        help="callgrind the code in this directory (e.g. `git archive` of another commit) "
+        "instead of this checkout; repeatable, measured side by side",
+    )
     ap.add_argument("--child", metavar="DSN", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         asyncio.run(child(a.child, a.turns))
     else:
-        asyncio.run(main_async(a.turns, a.top, a.callgrind, a.dump))
+        asyncio.run(main_async(a.turns, a.top, a.callgrind, a.dump, a.code or [ROOT]))
 
 
 if __name__ == "__main__":
