@@ -135,20 +135,28 @@ def callgrind_total(dsn: str, turns: int, code: Path = ROOT) -> int:
         str(turns),
     ]
     env = dict(os.environ, PYTHONMALLOC="malloc")
-    out = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(cmd, cwd=code, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"callgrind child failed:\n{out.stderr[-2000:]}")
     found = re.search(r"Collected\s*:\s*([\d,]+)", out.stderr)
     if found is None:
         raise SystemExit(f"no callgrind total in:\n{out.stderr[-2000:]}")
     return int(found.group(1).replace(",", ""))
 
 
-async def instructions(dsn: str, turns: int, code: Path) -> tuple[int, int]:
+async def instructions(admin: str, turns: int, code: Path) -> tuple[int, int]:
     """Callgrind totals of runs of `turns` and 2 x `turns` turns (concurrently: counts,
-    not clocks), on the code in `code`."""
-    a, b = await asyncio.gather(
-        asyncio.to_thread(callgrind_total, dsn, turns, code),
-        asyncio.to_thread(callgrind_total, dsn, 2 * turns, code),
-    )
+    not clocks), on the code in `code`; each in a database of its own (a worker drains
+    every run its database holds, so two children must not share one)."""
+    dsns = [await create_database(admin, "tcg", migrated=True) for _ in range(2)]
+    try:
+        a, b = await asyncio.gather(
+            asyncio.to_thread(callgrind_total, dsns[0], turns, code),
+            asyncio.to_thread(callgrind_total, dsns[1], 2 * turns, code),
+        )
+    finally:
+        for dsn in dsns:
+            await drop_database(admin, dsn)
     return a, b
 
 
@@ -176,7 +184,7 @@ async def main_async(
                 for fn, n in res["top"]:
                     print(f"  {n:7.2f}  {fn}")
                 if with_callgrind:
-                    found = await asyncio.gather(*(instructions(dsn, turns, c) for c in codes))
+                    found = await asyncio.gather(*(instructions(admin, turns, c) for c in codes))
                     for code, (a, b) in zip(codes, found, strict=True):
                         print(
                             f"instructions per turn: {(b - a) / turns:,.0f} (callgrind, runs of "
