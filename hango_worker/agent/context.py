@@ -86,13 +86,18 @@ def media_chars(blocks: list[dict[str, Any]], sent: list[dict[str, Any]] | None 
     return total
 
 
+# `json.dumps(x, separators=(",", ":"))` (ASCII escapes kept: the estimate counts them),
+# from one encoder made once: json.dumps with options builds a new one per call.
+_input_json: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def block_chars(b: Block) -> int:
     if isinstance(b, TextBlock):
         return len(b.text)
     if isinstance(b, ToolResultBlock):
         return len(b.content) + (media_chars(b.blocks, b.wire) if b.blocks else 0)
     if isinstance(b, ToolUseBlock):
-        return len(b.name) + len(json.dumps(b.input, separators=(",", ":")))
+        return len(b.name) + len(_input_json(b.input))
     if isinstance(b, ThinkingBlock):
         return len(b.thinking) + len(b.signature)
     if b.data.get("type") in ("image", "document"):  # run input: not its base64

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +53,9 @@ from hango_worker.provider.types import (
 from hango_worker.vocab import ErrorType
 
 LABEL = "scripted model (deterministic, offline — not Claude)"
+
+
+_ROLE = operator.attrgetter("role")
 
 
 class ScriptedToolCall(BaseModel):
@@ -150,7 +154,9 @@ class ScriptedProvider:
     async def complete(self, request: Request, on_text: TextSink | None = None) -> Response:
         self.calls += 1
         started = time.perf_counter()
-        index = sum(1 for m in request.messages if m.role == "assistant")
+        # the turn to play: assistant messages so far (counted in C, not a Python
+        # generator per message: this runs on every call of a benchmark's long run)
+        index = list(map(_ROLE, request.messages)).count("assistant")
         if index >= len(self.turns):
             raise ModelError(
                 ErrorType.SCRIPT_EXHAUSTED,

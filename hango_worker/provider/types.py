@@ -34,7 +34,22 @@ compact_json: Callable[[Any], str] = json.JSONEncoder(
 ).encode
 
 D = TypeVar("D")
-_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
+# per class: its init fields, and a copier made for them (see `_copier`)
+_INIT_FIELDS: dict[type, tuple[frozenset[str], Callable[[Any, dict[str, Any]], Any]]] = {}
+
+
+def _copier(cls: type, names: tuple[str, ...]) -> Callable[[Any, dict[str, Any]], Any]:
+    """`copy(obj, changes)` for `cls`: one function with a line per field, generated once
+    (as `dataclasses` generates `__init__`), so a copy costs one call, not a `getattr`
+    call per field. Field names are identifiers, so the generated code is plain."""
+    lines = ["def copy(obj, changes):\n    new = _new(_cls)"]
+    for n in names:
+        lines.append(f"    _set(new, {n!r}, changes[{n!r}] if {n!r} in changes else obj.{n})")
+    lines.append("    return new")
+    scope: dict[str, Any] = {"_new": object.__new__, "_set": object.__setattr__, "_cls": cls}
+    exec("\n".join(lines), scope)  # source built from the class's field names
+    copy: Callable[[Any, dict[str, Any]], Any] = scope["copy"]
+    return copy
 
 
 def evolve(obj: D, **changes: Any) -> D:
@@ -43,17 +58,16 @@ def evolve(obj: D, **changes: Any) -> D:
     walk and `__init__` (a third of its time). Unknown names raise TypeError, as there;
     a class with `__post_init__` goes through `replace` itself."""
     cls = type(obj)
-    names = _INIT_FIELDS.get(cls)
-    if names is None:
+    found = _INIT_FIELDS.get(cls)
+    if found is None:
         if hasattr(cls, "__post_init__"):
             return replace(obj, **changes)  # type: ignore[type-var]
-        names = _INIT_FIELDS[cls] = tuple(f.name for f in fields(obj) if f.init)  # type: ignore[arg-type]
-    if not changes.keys() <= set(names):
-        unknown = sorted(set(changes) - set(names))
+        names = tuple(f.name for f in fields(obj) if f.init)  # type: ignore[arg-type]
+        found = _INIT_FIELDS[cls] = (frozenset(names), _copier(cls, names))
+    if not changes.keys() <= found[0]:
+        unknown = sorted(set(changes) - found[0])
         raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
-    new = object.__new__(cls)
-    for n in names:
-        object.__setattr__(new, n, changes[n] if n in changes else getattr(obj, n))
+    new: D = found[1](obj, changes)
     return new
 
 

@@ -40,6 +40,11 @@ def payloads(run_id: str, offset: int, text: str, limit: int = MAX_PAYLOAD) -> l
     envelope = len(json.dumps({"run_id": run_id, "offset": offset + len(text), "text": ""}))
     budget = limit - envelope
     assert budget >= 12, "the payload limit leaves no room for text"
+    # JSON escapes each character on its own, so the text's escaped length is the sum of
+    # `_cost` over its characters: when it fits, the one payload the loop below would
+    # make, without a Python call per character
+    if len(json.dumps(text)) - 2 <= budget:
+        return [json.dumps({"run_id": run_id, "offset": offset, "text": text})] if text else []
     out: list[str] = []
     start = used = 0
     for i, ch in enumerate(text):

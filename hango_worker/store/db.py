@@ -27,9 +27,14 @@ class Unavailable(RuntimeError):
     """The database cannot be used as it is; the message says why and what to do."""
 
 
+# `json.dumps` with no options, without its own call on every value the hot path writes
+# (a checkpoint's state_json, usage, …): the same text, from one encoder made once.
+_encode = json.JSONEncoder().encode
+
+
 async def _init(conn: asyncpg.Connection) -> None:
     for typ in ("jsonb", "json"):
-        await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+        await conn.set_type_codec(typ, encoder=_encode, decoder=json.loads, schema="pg_catalog")
 
 
 async def _no_reset(conn: asyncpg.Connection) -> None:

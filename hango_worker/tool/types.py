@@ -231,7 +231,7 @@ class Tool:
             return ToolResult.error(problem, "invalid_arguments")
         task = asyncio.ensure_future(self._call(args, ctx))
         try:
-            done, _ = await asyncio.wait({task}, timeout=self.limit_s)
+            done = await settled(task, self.limit_s)
         except asyncio.CancelledError:
             await stop_task(task)
             raise
@@ -273,6 +273,27 @@ class Tool:
             _THREADS, functools.partial(context.run, fn, args, ctx)
         )
         return await out if inspect.isawaitable(out) else out
+
+
+async def settled(task: asyncio.Future[Any], timeout_s: float) -> bool:
+    """Whether `task` is done within `timeout_s` (it is left running if not): what
+    `asyncio.wait({task}, timeout=...)` answers, with one future and one timer instead
+    of its sets and per-call checks (every tool call waits here)."""
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+
+    def wake(*_: object) -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = loop.call_later(timeout_s, wake)
+    task.add_done_callback(wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        task.remove_done_callback(wake)
+    return task.done()
 
 
 async def stop_task(task: asyncio.Future[Any], grace_s: float = STOP_GRACE_S) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -25,8 +26,11 @@ def fnv1a64(data: bytes) -> int:
     return h
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False), from one
+# encoder made once (json.dumps with options builds a new one per call).
+canonical_json: Callable[[Any], str] = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False
+).encode
 
 
 def call_key(name: str, args: Any) -> str:
