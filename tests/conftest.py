@@ -48,6 +48,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 _LOOP: list[asyncio.AbstractEventLoop] = []
 
 
+@pytest.fixture(autouse=True)
+async def _no_worker_left_behind() -> AsyncIterator[None]:
+    """A worker process a test started and did not stop (it failed half-way) is
+    killed when the test ends, so it cannot run on into later tests."""
+    yield
+    from tests.procs import reap_workers
+
+    await reap_workers()
+
+
 @pytest.fixture(scope="session", autouse=True)
 async def _session_loop() -> None:
     """The suite's event loop, for the timeout's task dump."""

@@ -42,6 +42,9 @@ def worker_env(dsn: str, script_path: Path, **over: str) -> dict[str, str]:
 # that turns a worker that never exits into a failure naming it, not a hung suite).
 PROC_WAIT_S = 60.0
 _STDERR: dict[int, tempfile._TemporaryFileWrapper[bytes]] = {}
+# every worker process a test started: what is still running when the test ends is
+# killed (`reap_workers`, conftest.py), so a test that fails half-way leaves none behind
+_STARTED: list[asyncio.subprocess.Process] = []
 
 
 async def start_worker(
@@ -65,7 +68,20 @@ async def start_worker(
         stderr=err,
     )
     _STDERR[proc.pid] = err
+    _STARTED.append(proc)
     return proc
+
+
+async def reap_workers() -> list[int]:
+    """Kill the worker processes still running (a test that failed before stopping
+    them); their pids."""
+    left = [p for p in _STARTED if p.returncode is None]
+    _STARTED.clear()
+    for p in left:
+        with contextlib.suppress(ProcessLookupError):
+            p.kill()
+    await asyncio.gather(*(wait_exit(p, 10) for p in left), return_exceptions=True)
+    return [p.pid for p in left]
 
 
 def stderr_of(proc: asyncio.subprocess.Process) -> str:

@@ -54,12 +54,14 @@ async def test_ten_rolling_restarts_leave_one_attempt_and_nothing_lost(
     run_id = await enqueue(pool, "pass the gates")
     env = worker_env(dsn, script, HANGO_WORKER_CONCURRENCY="1", HANGO_LOG_LEVEL="INFO")
     old = await start_worker(env, logs=True)
+    started = [old]  # every process, stopped at the end even when a step fails
     try:
         for k in range(RESTARTS):
             n = 2 * k + 1
             (gates / f"go-{n - 1}").touch()
             await _until_file(gates / f"started-{n}")  # call n is in flight on `old`
             new = await start_worker(env, logs=True)
+            started.append(new)
             await wait_listening(pool, 2)
             old.send_signal(signal.SIGTERM)
             await _until_logged(old, "shutdown requested")
@@ -70,7 +72,7 @@ async def test_ten_rolling_restarts_leave_one_attempt_and_nothing_lost(
             (gates / f"go-{n}").touch()
         (row,) = await wait_all_finished(pool, [run_id], timeout=120)
     finally:
-        await stop_worker(old)
+        await asyncio.gather(*(stop_worker(p) for p in started))
     run = await pool.fetchrow(
         "SELECT attempt, handed_back, lost_count, limit_reached FROM runs WHERE id = $1", run_id
     )
