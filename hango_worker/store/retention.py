@@ -35,7 +35,7 @@ from typing import Any
 
 import asyncpg
 
-from hango_worker.store.purge import RUN_TABLES
+from hango_worker.store.purge import DELETE_BLOB_FILES, DELETE_BLOBS, RUN_TABLES
 from hango_worker.store.repo import NotFound
 from hango_worker.store.schema import RETENTION_KINDS
 
@@ -166,17 +166,7 @@ DELETE_RUN_BLOBS = (
     "DELETE FROM run_blobs WHERE run_id = ANY($1::uuid[]) RETURNING tenant_id::text, sha256"
 )
 DELETE_RUNS = "DELETE FROM runs WHERE id = ANY($1::uuid[])"
-_UNREFERENCED = (
-    "NOT EXISTS (SELECT 1 FROM run_blobs x WHERE x.tenant_id = b.tenant_id AND x.sha256 = b.sha256)"
-)
-DELETE_BLOB_FILES = f"""
-DELETE FROM blob_files b USING unnest($1::uuid[], $2::bytea[]) AS d(tenant_id, sha256)
-WHERE b.tenant_id = d.tenant_id AND b.sha256 = d.sha256 AND {_UNREFERENCED}
-"""
-DELETE_BLOBS = f"""
-DELETE FROM blobs b USING unnest($1::uuid[], $2::bytea[]) AS d(tenant_id, sha256)
-WHERE b.tenant_id = d.tenant_id AND b.sha256 = d.sha256 AND {_UNREFERENCED}
-"""
+# stored blocks no run refers to any more: purge.py's DELETE_BLOB_FILES, DELETE_BLOBS
 # The sessions a batch emptied, and their session memories (no run can read them now).
 DELETE_EMPTIED_SESSIONS = """
 DELETE FROM sessions s WHERE s.id = ANY($1::uuid[])
